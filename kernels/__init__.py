@@ -1,0 +1,1 @@
+"""Triton kernels over tensor-parallel vocab shards, installed as ``dnmopd.kernels``."""
