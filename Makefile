@@ -30,6 +30,9 @@ demo: $(PKG)
 	$(PY) -m dnmopd.examples.toy
 
 test: $(PKG)
+	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	cmake --build build/ctest
+	ctest --test-dir build/ctest --output-on-failure
 	$(VENV)/bin/pytest
 
 lint: $(PKG)
