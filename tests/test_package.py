@@ -8,8 +8,9 @@ import sys
 
 
 def test_kernels_is_a_subpackage_of_the_installed_dnmopd():
-    import dnmopd
     import dnmopd.kernels
+
+    import dnmopd
 
     assert pathlib.Path(dnmopd.kernels.__file__).parent.parent == pathlib.Path(dnmopd.__file__).parent
 
