@@ -1,0 +1,1 @@
+"""Everything between a dataset row and a token sequence: release files, schema, chat rendering, sampler."""
