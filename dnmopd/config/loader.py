@@ -1,0 +1,256 @@
+"""Typed configs from YAML: `extends` composition, `--set a.b=c` overrides, errors that name key and file.
+
+A config file is a YAML mapping whose keys are the fields of a dataclass tree. It may start with
+
+    extends: [../models/tiny.yaml, ../methods/dn_mopd.yaml]
+
+(paths relative to the file): those files are loaded first and deep-merged in order (mappings merge, lists
+and scalars replace), then the file's own keys, then the command-line overrides. Every value remembers
+where it came from, so an unknown key, a wrong type or a failed validation is reported as
+`configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+KeyPath = tuple[str, ...]
+
+
+class ConfigError(ValueError):
+    """A config value is unknown, mistyped or invalid; the message names the key and where it was set."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    where: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.where}:{self.line}" if self.line else self.where
+
+
+class RawConfig:
+    """Merged plain data of one or more YAML files plus overrides, with the source of every key."""
+
+    def __init__(self, data: dict | None = None, origins: dict[KeyPath, Source] | None = None):
+        self.data: dict = data or {}
+        self.origins: dict[KeyPath, Source] = origins or {}
+
+    def source(self, path: KeyPath) -> Source:
+        while path:
+            if path in self.origins:
+                return self.origins[path]
+            path = path[:-1]
+        return self.origins.get((), Source("<defaults>"))
+
+    def merge(self, other: RawConfig) -> None:
+        _deep_merge(self.data, other.data, (), self.origins, other.origins)
+
+    def override(self, assignment: str) -> None:
+        key, sep, text = assignment.partition("=")
+        path = tuple(part.strip() for part in key.split("."))
+        if not sep or not all(path):
+            raise ConfigError(f"--set {assignment!r}: expected key.path=value")
+        value = yaml.safe_load(text) if text.strip() else ""
+        node = self.data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {assignment}: {'.'.join(path[: i + 1])} is not a mapping")
+            node = child
+        node[path[-1]] = value
+        self.origins[path] = Source(f"--set {assignment}")
+        for stale in [p for p in self.origins if p[: len(path)] == path and len(p) > len(path)]:
+            del self.origins[stale]
+
+
+def _deep_merge(base: dict, update: Mapping, path: KeyPath, origins: dict, update_origins: dict) -> None:
+    for key, value in update.items():
+        child = (*path, key)
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value, child, origins, update_origins)
+        else:
+            base[key] = value
+            for stale in [p for p in origins if p[: len(child)] == child]:
+                del origins[stale]
+        origins.update({p: s for p, s in update_origins.items() if p[: len(child)] == child})
+
+
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
+    """Load one YAML file (and the files it extends) into a RawConfig."""
+    path = Path(path)
+    resolved = path.resolve()
+    if resolved in _seen:
+        raise ConfigError(f"{path}: circular extends through {' -> '.join(str(p) for p in _seen)}")
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping of keys to values")
+    origins: dict[KeyPath, Source] = {(): Source(str(path))}
+    _record_origins(node, (), str(path), origins)
+    result = RawConfig()
+    extends = data.pop("extends", [])
+    for base in [extends] if isinstance(extends, str) else extends:
+        result.merge(load_yaml(path.parent / base, (*_seen, resolved)))
+    result.merge(RawConfig(data, origins))
+    result.origins[()] = Source(str(path))
+    return result
+
+
+def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[KeyPath, Source]) -> None:
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen = set()
+    for key_node, value_node in node.value:
+        key = str(key_node.value)
+        if key in seen:
+            raise ConfigError(f"{file}:{key_node.start_mark.line + 1}: duplicate key {'.'.join((*path, key))}")
+        seen.add(key)
+        origins[(*path, key)] = Source(file, key_node.start_mark.line + 1)
+        _record_origins(value_node, (*path, key), file, origins)
+
+
+def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> T:
+    """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides."""
+    raw = RawConfig()
+    for path in [paths] if isinstance(paths, str | Path) else paths:
+        raw.merge(load_yaml(path))
+    for assignment in overrides:
+        raw.override(assignment)
+    return build(cls, raw)
+
+
+def build(cls: type[T], raw: RawConfig) -> T:
+    return _build_dataclass(cls, raw.data, (), raw)
+
+
+def _dotted(path: KeyPath) -> str:
+    return ".".join(path) or "<root>"
+
+
+def _build_dataclass(cls, data, path: KeyPath, raw: RawConfig):
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), fields, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {sorted(fields)}"
+            raise ConfigError(f"{raw.source((*path, key))}: unknown key {_dotted((*path, key))}{hint}")
+    kwargs = {name: _convert(hints[name], data[name], (*path, name), raw) for name in fields if name in data}
+    for name, f in fields.items():
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and name not in kwargs:
+            raise ConfigError(f"{raw.source(path)}: missing required key {_dotted((*path, name))}")
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: {err}") from None
+
+
+def _convert(hint, value, path: KeyPath, raw: RawConfig):
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+
+    def fail(expected: str):
+        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: expected {expected}, got {value!r}")
+
+    if hint is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for member in (a for a in args if a is not type(None)):
+            try:
+                return _convert(member, value, path, raw)
+            except ConfigError:
+                pass
+        fail(" or ".join(_type_name(a) for a in args))
+    if origin is Literal:
+        if value not in args:
+            fail(f"one of {list(args)}")
+        return value
+    if dataclasses.is_dataclass(hint):
+        return _build_dataclass(hint, value, path, raw)
+    if origin in (list, tuple) or hint in (list, tuple):
+        if not isinstance(value, list | tuple):
+            fail("a list")
+        item = args[0] if args else Any
+        items = [_convert(item, v, (*path, str(i)), raw) for i, v in enumerate(value)]
+        return tuple(items) if (origin or hint) is tuple else items
+    if origin is dict or hint is dict:
+        if not isinstance(value, Mapping):
+            fail("a mapping")
+        key_type, item = args if args else (str, Any)
+        return {_convert(key_type, k, (*path, str(k)), raw): _convert(item, v, (*path, str(k)), raw)
+                for k, v in value.items()}
+    if hint is bool:
+        if not isinstance(value, bool):
+            fail("true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail("an integer")
+        return value
+    if hint is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-6 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                fail("a number")
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            fail("a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            fail("a string")
+        return value
+    if hint is Path:
+        if not isinstance(value, str):
+            fail("a path")
+        return Path(value)
+    raise TypeError(f"config field {_dotted(path)} has an unsupported type {hint!r}")
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", str(hint))
+
+
+def to_plain(config) -> Any:
+    """A dataclass tree as plain YAML-serializable data (paths as strings, tuples as lists)."""
+    if dataclasses.is_dataclass(config):
+        return {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, Mapping):
+        return {str(k): to_plain(v) for k, v in config.items()}
+    if isinstance(config, list | tuple):
+        return [to_plain(v) for v in config]
+    if isinstance(config, Path):
+        return str(config)
+    return config
+
+
+def dump_yaml(config) -> str:
+    return yaml.safe_dump(to_plain(config), sort_keys=False, default_flow_style=False)

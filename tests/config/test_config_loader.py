@@ -1,0 +1,98 @@
+"""The YAML config loader: composition, overrides, type conversion and errors that name key and file."""
+
+import dataclasses
+import textwrap
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import yaml
+
+from dnmopd.config import ConfigError, dump_yaml, load_config
+
+
+@dataclasses.dataclass(kw_only=True)
+class Inner:
+    lr: float = 1e-6
+    """Learning rate."""
+    betas: tuple[float, ...] = (0.9, 0.98)
+    kind: Literal["adam", "sgd"] = "adam"
+
+    def __post_init__(self):
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class Root:
+    name: str
+    updates: int = 80
+    path: Path | None = None
+    optimizer: Inner = dataclasses.field(default_factory=Inner)
+    weights: dict[str, float] = dataclasses.field(default_factory=dict)
+    flags: list[bool] = dataclasses.field(default_factory=list)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_extends_merges_in_order_and_overrides_win(tmp_path):
+    write(tmp_path, "base/a.yaml", "name: a\noptimizer: {lr: 1.0e-5, kind: sgd}\nweights: {math: 2}\n")
+    write(tmp_path, "base/b.yaml", "optimizer: {lr: 2.0e-5}\n")
+    run = write(tmp_path, "run.yaml", "extends: [base/a.yaml, base/b.yaml]\nupdates: 3\npath: out\n")
+    config = load_config(Root, run, ["optimizer.betas=[0.5, 0.6]", "weights.code=1"])
+    assert config.name == "a" and config.updates == 3 and config.path == Path("out")
+    assert config.optimizer == Inner(lr=2e-5, betas=(0.5, 0.6), kind="sgd")
+    assert config.weights == {"math": 2.0, "code": 1.0}
+
+
+def test_floats_written_without_a_dot_are_numbers(tmp_path):
+    run = write(tmp_path, "run.yaml", "name: x\noptimizer: {lr: 1e-6}\n")
+    assert load_config(Root, run).optimizer.lr == 1e-6
+
+
+@pytest.mark.parametrize(
+    "text, override, message",
+    [("name: x\nupdaets: 3\n", None, r"run.yaml:2: unknown key updaets; did you mean 'updates'\?"),
+     ("name: x\nupdates: ten\n", None, r"run.yaml:2: updates: expected an integer, got 'ten'"),
+     ("name: x\noptimizer:\n  kind: rmsprop\n", None, r"run.yaml:3: optimizer.kind: expected one of"),
+     ("name: x\noptimizer:\n  lr: -1.0\n", None, r"run.yaml:2: optimizer: lr must be > 0, got -1.0"),
+     ("updates: 3\n", None, r"missing required key name"),
+     ("name: x\nflags: [true, 2]\n", None, r"run.yaml:2: flags.1: expected true or false, got 2"),
+     ("name: x\nname: y\n", None, r"run.yaml:2: duplicate key name"),
+     ("name: x\n", "optimizer.lr=abc", r"--set optimizer.lr=abc: optimizer.lr: expected a number"),
+     ("name: x\n", "updates", r"expected key.path=value"),
+     ("- a\n- b\n", None, r"must be a mapping")],
+)
+def test_errors_name_the_key_and_where_it_was_set(tmp_path, text, override, message):
+    run = write(tmp_path, "run.yaml", text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(Root, run, [override] if override else [])
+
+
+def test_error_in_an_extended_file_names_that_file(tmp_path):
+    write(tmp_path, "base.yaml", "name: x\noptimizer:\n  kind: nope\n")
+    run = write(tmp_path, "run.yaml", "extends: base.yaml\nupdates: 2\n")
+    with pytest.raises(ConfigError, match=r"base.yaml:3: optimizer.kind"):
+        load_config(Root, run)
+
+
+def test_circular_extends_and_missing_files(tmp_path):
+    write(tmp_path, "a.yaml", "extends: b.yaml\n")
+    write(tmp_path, "b.yaml", "extends: a.yaml\n")
+    with pytest.raises(ConfigError, match="circular extends"):
+        load_config(Root, tmp_path / "a.yaml")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_config(Root, tmp_path / "missing.yaml")
+
+
+def test_dump_round_trips(tmp_path):
+    run = write(tmp_path, "run.yaml", "name: x\npath: out\nweights: {math: 2}\n")
+    config = load_config(Root, run)
+    dumped = write(tmp_path, "resolved.yaml", dump_yaml(config))
+    assert load_config(Root, dumped) == config
+    assert yaml.safe_load(dumped.read_text())["optimizer"]["betas"] == [0.9, 0.98]
