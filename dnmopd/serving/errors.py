@@ -1,0 +1,37 @@
+"""Errors raised by the HTTP serving layer.
+
+`TransientServerError` is retried (another replica, after a back-off); `RequestRejected` is not: the
+server understood the request and refused it (HTTP 4xx), so sending it again cannot help.
+"""
+
+from __future__ import annotations
+
+
+class ServingError(RuntimeError):
+    """Base class of every serving failure."""
+
+
+class TransientServerError(ServingError):
+    """A failure worth retrying: connection refused or reset, time-out, HTTP 5xx or 429."""
+
+
+class RequestRejected(ServingError):
+    """The server answered 4xx: the request itself is wrong. Never retried."""
+
+    def __init__(self, url: str, status: int, message: str):
+        super().__init__(f"{url} rejected the request with HTTP {status}: {message}")
+        self.url = url
+        self.status = status
+
+
+class ServerUnavailable(ServingError):
+    """Every attempt on every replica failed; `attempts` lists what happened, oldest first."""
+
+    def __init__(self, path: str, attempts: list[str]):
+        history = "\n  ".join(attempts)
+        super().__init__(f"{path}: all {len(attempts)} attempts failed:\n  {history}")
+        self.attempts = attempts
+
+
+class ResponseFormatError(ServingError):
+    """The server answered 200 with a body that does not have the agreed shape."""

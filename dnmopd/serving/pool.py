@@ -1,0 +1,224 @@
+"""A pool of identical HTTP server replicas with balancing, limits, time-outs and bounded retries.
+
+One `ReplicaPool` serves one model (a teacher or the rollout engine). Every request picks a replica
+(round robin, or the one with the fewest requests in flight), runs under a connection limit and a
+per-request time-out, and on a transient failure (connection error, time-out, HTTP 5xx/429, a 200 whose
+body fails validation) is retried on another replica after an exponential back-off with jitter, up to
+`max_attempts` in total. A replica that fails `failures_before_cooldown` times in a row is skipped for
+`cooldown_s` while others are usable. HTTP 4xx is never retried: the request itself is wrong.
+
+The aiohttp session is bound to the event loop that first uses it; call `aclose()` before that loop ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from dnmopd.serving.errors import RequestRejected, ServerUnavailable, TransientServerError
+
+logger = logging.getLogger(__name__)
+
+BALANCE_MODES = ("round_robin", "least_loaded")
+
+
+def normalize_url(url: str) -> str:
+    """`host:port` or `http://host:port/` -> `http://host:port` (no trailing slash, no path)."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    return url
+
+
+def error_message(body: str) -> str:
+    """The human-readable part of an error body (SGLang, vLLM and FastAPI envelopes), else the raw text."""
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return body.strip()[:500]
+    if isinstance(payload, dict):
+        inner = payload.get("error")
+        if isinstance(inner, dict) and "message" in inner:
+            return str(inner["message"])
+        for key in ("message", "detail", "error"):
+            if key in payload:
+                return str(payload[key])
+    return body.strip()[:500]
+
+
+@dataclass(slots=True)
+class Replica:
+    url: str
+    in_flight: int = 0
+    consecutive_failures: int = 0
+    cooldown_until: float = 0.0
+    last_pick: int = 0
+
+
+class ReplicaPool:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        urls: list[str] = field(default_factory=list)
+        """Base URLs of the replicas (`http://host:port` or `host:port`); at least one."""
+        balance: str = "least_loaded"
+        """`least_loaded` (fewest requests in flight, ties round robin) or `round_robin`."""
+        max_connections: int = 64
+        """Open connections to all replicas together (= requests in flight)."""
+        max_connections_per_replica: int = 16
+        """Open connections to one replica."""
+        connect_timeout_s: float = 10.0
+        """Time-out for establishing a connection."""
+        request_timeout_s: float = 120.0
+        """Time-out for one whole request (send, server work, read)."""
+        max_attempts: int = 5
+        """Attempts per request in total, first one included."""
+        backoff_initial_s: float = 0.5
+        """Back-off before the second attempt; doubled for each further attempt."""
+        backoff_max_s: float = 16.0
+        """Upper bound of the exponential part of the back-off."""
+        backoff_jitter_s: float = 0.25
+        """Uniform random extra delay in [0, jitter] added to each back-off."""
+        failures_before_cooldown: int = 2
+        """Consecutive failures after which a replica is skipped for `cooldown_s`."""
+        cooldown_s: float = 15.0
+        """How long a failing replica is skipped while other replicas are usable."""
+
+        def __post_init__(self):
+            if not self.urls:
+                raise ValueError("ReplicaPool.Config.urls: give at least one server URL")
+            if self.balance not in BALANCE_MODES:
+                raise ValueError(f"ReplicaPool.Config.balance={self.balance!r}: use one of {BALANCE_MODES}")
+            for name in ("max_connections", "max_connections_per_replica", "max_attempts"):
+                if getattr(self, name) < 1:
+                    raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be >= 1")
+            for name in ("connect_timeout_s", "request_timeout_s"):
+                if getattr(self, name) <= 0:
+                    raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be > 0")
+            for name in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "cooldown_s"):
+                if getattr(self, name) < 0:
+                    raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be >= 0")
+
+        def build(self, *, name: str = "pool") -> ReplicaPool:
+            return ReplicaPool(self, name=name)
+
+    def __init__(self, config: Config, *, name: str = "pool"):
+        self.config = config
+        self.name = name
+        self.replicas = [Replica(normalize_url(url)) for url in config.urls]
+        self.counters: Counter[str] = Counter()
+        self._picks = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    # -- session -------------------------------------------------------------------------------------------
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            connector = aiohttp.TCPConnector(
+                limit=self.config.max_connections, limit_per_host=self.config.max_connections_per_replica
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=self.config.request_timeout_s, connect=self.config.connect_timeout_s
+            )
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout, trust_env=False)
+            self._session_loop = loop
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+        self._session_loop = None
+
+    # -- replica choice ------------------------------------------------------------------------------------
+
+    def pick(self, exclude: Replica | None = None) -> Replica:
+        now = time.monotonic()
+        usable = [r for r in self.replicas if r is not exclude] or self.replicas
+        cooled = [r for r in usable if r.cooldown_until <= now] or usable
+        if self.config.balance == "round_robin":
+            chosen = min(cooled, key=lambda r: r.last_pick)
+        else:
+            chosen = min(cooled, key=lambda r: (r.in_flight, r.last_pick))
+        self._picks += 1
+        chosen.last_pick = self._picks
+        return chosen
+
+    def _backoff_s(self, failed_attempts: int) -> float:
+        exponential = self.config.backoff_initial_s * 2 ** (failed_attempts - 1)
+        return min(self.config.backoff_max_s, exponential) + random.uniform(0, self.config.backoff_jitter_s)
+
+    def _record_failure(self, replica: Replica) -> None:
+        replica.consecutive_failures += 1
+        if replica.consecutive_failures >= self.config.failures_before_cooldown:
+            replica.cooldown_until = time.monotonic() + self.config.cooldown_s
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    async def post(self, path: str, body: Any, parse: Callable[[Any], Any] | None = None) -> Any:
+        """POST `body` as JSON to `path` on some replica, with retries; returns `parse(json)` (or the JSON).
+
+        `parse` may raise `TransientServerError` (e.g. `ResponseFormatError`) to have the attempt retried.
+        Raises `RequestRejected` at once on HTTP 4xx, `ServerUnavailable` when all attempts failed.
+        """
+        attempts: list[str] = []
+        failed: Replica | None = None
+        for attempt in range(1, self.config.max_attempts + 1):
+            replica = self.pick(exclude=failed)
+            self.counters["requests"] += 1
+            try:
+                payload = await self.post_to(replica, path, body)
+                result = parse(payload) if parse is not None else payload
+            except TransientServerError as error:
+                failed = replica
+                self._record_failure(replica)
+                self.counters["failed_attempts"] += 1
+                attempts.append(f"attempt {attempt} on {replica.url}: {error}")
+                logger.warning("%s %s attempt %d/%d on %s failed: %s", self.name, path, attempt,
+                               self.config.max_attempts, replica.url, error)
+                if attempt < self.config.max_attempts:
+                    await asyncio.sleep(self._backoff_s(attempt))
+                continue
+            replica.consecutive_failures = 0
+            replica.cooldown_until = 0.0
+            return result
+        self.counters["exhausted"] += 1
+        raise ServerUnavailable(f"{self.name} POST {path}", attempts)
+
+    async def post_to(self, replica: Replica, path: str, body: Any) -> Any:
+        """One POST to one replica, no retry. Returns the parsed JSON body of a 200."""
+        status, text = await self.request_to(replica, "POST", path, body)
+        if status == 200:
+            try:
+                return json.loads(text)
+            except ValueError as error:
+                raise TransientServerError(f"HTTP 200 with a body that is not JSON: {text[:200]!r}") from error
+        if status == 429 or status >= 500:
+            raise TransientServerError(f"HTTP {status}: {error_message(text)}")
+        raise RequestRejected(replica.url + path, status, error_message(text))
+
+    async def request_to(
+        self, replica: Replica, method: str, path: str, body: Any = None, *, timeout_s: float | None = None
+    ) -> tuple[int, str]:
+        """One request to one replica; returns (status, body text). Transport failures become transient."""
+        session = self._get_session()
+        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        replica.in_flight += 1
+        try:
+            async with session.request(method, replica.url + path, json=body, timeout=timeout) as response:
+                return response.status, await response.text()
+        except (TimeoutError, aiohttp.ClientError) as error:
+            kind = "time-out" if isinstance(error, TimeoutError) else type(error).__name__
+            raise TransientServerError(f"{kind}: {error}".rstrip(": ")) from error
+        finally:
+            replica.in_flight -= 1

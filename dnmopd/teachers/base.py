@@ -1,0 +1,105 @@
+"""The `TeacherScorer` interface: token ids + response span -> the teacher's log-prob of every response token.
+
+A sample is the student's own token ids, prompt followed by response, and the length of the prompt. The
+teacher returns, for each response position t (absolute position prompt_len + t),
+
+    logprobs[t] = log p_teacher(token_ids[prompt_len + t] | token_ids[:prompt_len + t])
+
+at temperature 1 on the raw logits (no sampling processing). Optionally also the top-k of that distribution
+and, from the in-process backend only, the teacher's final (post-norm) hidden states at the positions that
+predict the response tokens, for the fused full-vocab reverse KL.
+
+Backends: `inprocess` (transformers model in this process), `sglang` and `vllm` (HTTP servers). All share
+the async `score` (one sample, sent as soon as the caller has it) and the blocking `score_batch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+class TeacherError(RuntimeError):
+    """A sample could not be scored (after retries) or the teacher failed a startup check."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreRequest:
+    """One sample to score: `token_ids` = prompt + response; the response is `token_ids[prompt_len:]`."""
+
+    token_ids: tuple[int, ...]
+    prompt_len: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
+        if not 1 <= self.prompt_len < len(self.token_ids):
+            raise ValueError(
+                f"ScoreRequest.prompt_len={self.prompt_len}: needs 1 <= prompt_len < len(token_ids)="
+                f"{len(self.token_ids)} (a non-empty prompt and a non-empty response)"
+            )
+
+    @property
+    def response_len(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def response_ids(self) -> tuple[int, ...]:
+        return self.token_ids[self.prompt_len :]
+
+
+@dataclass(slots=True)
+class TeacherScores:
+    """The teacher's view of one sample's response (R = response length).
+
+    `logprobs` float32 [R]; `topk_ids` int64 [R, k] and `topk_logprobs` float32 [R, k] (descending) when
+    top-k was asked for; `hidden_states` [R, hidden] (in-process only) when asked for.
+    """
+
+    logprobs: torch.Tensor
+    topk_ids: torch.Tensor | None = None
+    topk_logprobs: torch.Tensor | None = None
+    hidden_states: torch.Tensor | None = None
+
+    def check(self, request: ScoreRequest, *, source: str) -> TeacherScores:
+        """Reject wrong lengths and non-finite values (a silent NaN would poison the DN statistics)."""
+        if tuple(self.logprobs.shape) != (request.response_len,):
+            raise TeacherError(
+                f"{source}: got {tuple(self.logprobs.shape)} log-probs for a response of {request.response_len}"
+            )
+        if not bool(torch.isfinite(self.logprobs).all()):
+            raise TeacherError(f"{source}: non-finite teacher log-probs {self.logprobs.tolist()}")
+        return self
+
+
+class TeacherScorer(ABC):
+    """Scores response tokens with one teacher model. Built from its backend's `Config.build()`."""
+
+    name: str
+    vocab_size: int
+
+    @abstractmethod
+    async def score(self, request: ScoreRequest) -> TeacherScores:
+        """Score one sample. Raises `TeacherError` (or a `dnmopd.serving.errors.ServingError`) on failure."""
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
+        """Blocking convenience: score all requests concurrently, in order; the first failure is raised."""
+
+        async def run() -> list[TeacherScores]:
+            try:
+                return list(await asyncio.gather(*(self.score(r) for r in requests)))
+            finally:
+                await self.aclose()
+
+        return asyncio.run(run())
+
+    def check(self) -> None:
+        """Startup checks (health, identity, vocabulary). Raises `TeacherError` when one fails."""
+        return None
+
+    async def aclose(self) -> None:
+        """Release connections bound to the running event loop (HTTP backends)."""
+        return None

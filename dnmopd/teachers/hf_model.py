@@ -1,0 +1,37 @@
+"""Loading a Hugging Face causal LM for the in-process teacher and rollout backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_causal_lm(model_path: str, *, device: str, dtype: str, attn_implementation: str) -> torch.nn.Module:
+    """Load `model_path` with transformers in eval mode on `device`; errors name the folder."""
+    from transformers import AutoModelForCausalLM
+
+    if not (Path(model_path) / "config.json").is_file():
+        raise FileNotFoundError(f"{model_path}: not a Hugging Face model folder (no config.json)")
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, dtype=DTYPES[dtype], attn_implementation=attn_implementation
+    )
+    return model.to(device).eval()
+
+
+def model_vocab_size(model: torch.nn.Module) -> int:
+    """Rows of the LM head: the ids the model can score (config vocab, padding rows included)."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def config_vocab_size(model_path: str) -> int | None:
+    """`vocab_size` from a local HF folder's config.json (text_config for multimodal), None if absent."""
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    return int(size) if size else None
