@@ -1,0 +1,128 @@
+"""Plots of a run, drawn from its metrics.jsonl, so a user can look rather than read:
+
+    multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
+    reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
+    phase_times.png   seconds per update spent in each phase (stacked)
+    training.png      loss, mean response length and throughput
+
+    python -m dnmopd.trainer.report RUN_DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from dnmopd.trainer.metrics import METRICS_FILE, read_metrics  # noqa: E402
+
+
+def series(records: list[dict], prefix: str, suffix: str = "") -> dict[str, tuple[list[int], list[float]]]:
+    """{name: (steps, values)} for every key `<prefix><name><suffix>` (name without '/')."""
+    found: dict[str, tuple[list[int], list[float]]] = defaultdict(lambda: ([], []))
+    for record in records:
+        for key, value in record.items():
+            if key.startswith(prefix) and key.endswith(suffix) and isinstance(value, int | float):
+                name = key[len(prefix): len(key) - len(suffix)]
+                if name and "/" not in name:
+                    found[name][0].append(record["step"])
+                    found[name][1].append(value)
+    return dict(found)
+
+
+def _save(fig, path: Path) -> Path:
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def _plot_multipliers(records, out: Path) -> Path | None:
+    applied, raw = series(records, "dn/", "/applied"), series(records, "dn/", "/raw_factor")
+    if not applied:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for domain, (steps, values) in sorted(applied.items()):
+        (line,) = ax.plot(steps, values, label=f"{domain} applied")
+        if domain in raw:
+            ax.plot(*raw[domain], linestyle="--", color=line.get_color(), alpha=0.6, label=f"{domain} raw")
+    ax.set_yscale("log")
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set(xlabel="update", ylabel="multiplier w_d", title="Domain multipliers")
+    ax.legend(fontsize=8, ncol=2)
+    return _save(fig, out / "multipliers.png")
+
+
+def _plot_lines(records, out: Path, prefix: str, name: str, title: str, ylabel: str) -> Path | None:
+    lines = series(records, prefix)
+    if not lines:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for label, (steps, values) in sorted(lines.items()):
+        ax.plot(steps, values, label=label)
+    ax.set(xlabel="update", ylabel=ylabel, title=title)
+    ax.legend(fontsize=8)
+    return _save(fig, out / name)
+
+
+def _plot_phase_times(records, out: Path) -> Path | None:
+    phases = series(records, "time/")
+    if not phases:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom: dict[int, float] = defaultdict(float)
+    for phase, (steps, seconds) in sorted(phases.items()):
+        ax.bar(steps, seconds, bottom=[bottom[s] for s in steps], label=phase)
+        for s, v in zip(steps, seconds, strict=True):
+            bottom[s] += v
+    ax.set(xlabel="update", ylabel="seconds", title="Time per phase")
+    ax.legend(fontsize=8)
+    return _save(fig, out / "phase_times.png")
+
+
+def _plot_training(records, out: Path) -> Path | None:
+    panels = [(key, label) for key, label in (("loss", "loss"), ("response_length/mean", "mean response length"),
+                                               ("throughput/tokens_per_s", "tokens / s"))
+              if any(key in r for r in records)]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels, strict=True):
+        points = [(r["step"], r[key]) for r in records if key in r]
+        ax.plot(*zip(*points, strict=True))
+        ax.set(xlabel="update", title=label)
+    return _save(fig, out / "training.png")
+
+
+def draw_report(run_dir: str | Path) -> list[Path]:
+    """Draw every plot the run's metrics allow into <run_dir>/plots; returns the files written."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS_FILE
+    if not metrics.exists():
+        raise FileNotFoundError(f"{metrics} not found: is {run_dir} a run directory?")
+    records = read_metrics(metrics)
+    out = run_dir / "plots"
+    out.mkdir(exist_ok=True)
+    drawn = [_plot_multipliers(records, out),
+             _plot_lines(records, out, "kl/", "reverse_kl.png", "Reverse KL to the routed teacher", "KL (nats/token)"),
+             _plot_phase_times(records, out), _plot_training(records, out)]
+    return [p for p in drawn if p is not None]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Draw PNG plots of a dnmopd run from its metrics.jsonl.")
+    parser.add_argument("run_dir", help="the run directory (holds metrics.jsonl)")
+    args = parser.parse_args(argv)
+    for path in draw_report(args.run_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
