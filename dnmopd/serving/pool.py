@@ -212,10 +212,11 @@ class ReplicaPool:
     ) -> tuple[int, str]:
         """One request to one replica; returns (status, body text). Transport failures become transient."""
         session = self._get_session()
-        timeout = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        # passing timeout=None would disable the session's time-outs: only override when asked
+        options = {"timeout": aiohttp.ClientTimeout(total=timeout_s)} if timeout_s is not None else {}
         replica.in_flight += 1
         try:
-            async with session.request(method, replica.url + path, json=body, timeout=timeout) as response:
+            async with session.request(method, replica.url + path, json=body, **options) as response:
                 return response.status, await response.text()
         except (TimeoutError, aiohttp.ClientError) as error:
             kind = "time-out" if isinstance(error, TimeoutError) else type(error).__name__

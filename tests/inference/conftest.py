@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny_checkpoints import build_qwen3
+from wire_fixtures import ReplayServer
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +18,18 @@ def tiny_hf_model(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+
+@pytest.fixture
+def replay():
+    """`replay(behavior="ok") -> ReplayServer`; every server started is killed at teardown."""
+    servers: list[ReplayServer] = []
+
+    def start(behavior: str = "ok") -> ReplayServer:
+        servers.append(ReplayServer(behavior))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.kill()

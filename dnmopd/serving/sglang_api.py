@@ -1,0 +1,169 @@
+"""SGLang `/generate` wire format: request bodies and response parsing (checked against SGLang 0.5.23).
+
+Scoring (prefill only). We send prompt + response as `input_ids` with `max_new_tokens: 0`,
+`return_logprob: true` and `logprob_start_len = P - 1` (P = prompt length). SGLang truncates its radix
+prefix match at `logprob_start_len`, so the value 0 that other trainers send recomputes the whole prompt for
+every sample; P - 1 lets the n samples of a prompt share the cached prompt prefix and ships only R + 1
+entries. `meta_info.input_token_logprobs` then holds `len(input_ids) - lsl` = R + 1 triples
+`[logprob | null, echoed_id, text | null]`, entry j for absolute position lsl + j:
+
+    entry 0   position P-1 (last prompt token): logprob ALWAYS null, whatever lsl is -> dropped
+    entry k   position P-1+k, k = 1..R: log p(ids[P-1+k] | ids[:P-1+k]) = the k-th response token
+
+(with lsl = P the first response token would be the null entry and be lost). `input_top_logprobs` is aligned
+the same way. SGLang echoes ids >= vocab_size - 1 as 0; every other echoed id must equal what was sent.
+
+Generation. `sampling_params` takes `temperature, top_p, top_k, max_new_tokens, stop_token_ids` and the
+seed under the name `sampling_seed` (`seed` is a 400). `meta_info.output_token_logprobs` are
+`log_softmax(logits / T)` after logit bias and before top-k/top-p truncation; a matched stop/EOS token is
+included in `output_ids`; `finish_reason` is `{"type": "length" | "stop", ...}`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dnmopd.serving.errors import ResponseFormatError
+
+SCORE_SAMPLING_PARAMS = {"max_new_tokens": 0, "temperature": 0}
+
+
+def score_body(token_ids: Sequence[int], prompt_len: int, *, top_k: int = 0) -> dict[str, Any]:
+    """Body of a prefill-only scoring request for one sample."""
+    body: dict[str, Any] = {
+        "input_ids": list(token_ids),
+        "sampling_params": dict(SCORE_SAMPLING_PARAMS),
+        "return_logprob": True,
+        "logprob_start_len": prompt_len - 1,
+    }
+    if top_k:
+        body["top_logprobs_num"] = top_k
+    return body
+
+
+def batch_score_body(samples: Sequence[tuple[Sequence[int], int]], *, top_k: int = 0) -> dict[str, Any]:
+    """One request scoring several (token_ids, prompt_len) samples; the answer is a list in this order."""
+    body: dict[str, Any] = {
+        "input_ids": [list(ids) for ids, _ in samples],
+        "sampling_params": dict(SCORE_SAMPLING_PARAMS),
+        "return_logprob": True,
+        "logprob_start_len": [prompt_len - 1 for _, prompt_len in samples],
+    }
+    if top_k:
+        body["top_logprobs_num"] = top_k
+    return body
+
+
+def parse_score(
+    item: Any, token_ids: Sequence[int], prompt_len: int, *, vocab_size: int, top_k: int = 0
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(logprobs [R], topk_ids [R, k] | None, topk_logprobs [R, k] | None) from one `/generate` result."""
+    meta = _meta_info(item)
+    response_len = len(token_ids) - prompt_len
+    entries = meta.get("input_token_logprobs")
+    if not isinstance(entries, list) or len(entries) != response_len + 1:
+        got = len(entries) if isinstance(entries, list) else type(entries).__name__
+        raise ResponseFormatError(
+            f"input_token_logprobs: expected {response_len + 1} entries (logprob_start_len=prompt_len-1), got {got}"
+        )
+    values = []
+    for k, entry in enumerate(entries[1:], start=1):
+        position = prompt_len - 1 + k
+        values.append(_logprob_value(entry, f"input_token_logprobs[{k}]"))
+        _check_echo(entry[1], token_ids[position], vocab_size, position)
+    logprobs = torch.tensor(values, dtype=torch.float32)
+    if not top_k:
+        return logprobs, None, None
+    rows = meta.get("input_top_logprobs")
+    if not isinstance(rows, list) or len(rows) != response_len + 1:
+        raise ResponseFormatError(f"input_top_logprobs: expected {response_len + 1} rows")
+    topk_ids, topk_values = top_rows(rows[1:], top_k, "input_top_logprobs")
+    return logprobs, topk_ids, topk_values
+
+
+def parse_batch(payload: Any, count: int) -> list[Any]:
+    """A batch answer is a JSON list of `count` results in request order."""
+    if not isinstance(payload, list) or len(payload) != count:
+        raise ResponseFormatError(f"batch /generate: expected a list of {count} results, got {_describe(payload)}")
+    return payload
+
+
+def generate_body(
+    prompt_ids: Sequence[int], sampling: dict[str, Any], *, top_logprobs_num: int = 0
+) -> dict[str, Any]:
+    """Body of a generation request; `sampling` is already in SGLang's vocabulary (see rollout.sglang)."""
+    body: dict[str, Any] = {
+        "input_ids": list(prompt_ids),
+        "sampling_params": {"skip_special_tokens": False, "no_stop_trim": True, **sampling},
+        "return_logprob": True,
+        "logprob_start_len": len(prompt_ids),
+    }
+    if top_logprobs_num:
+        body["top_logprobs_num"] = top_logprobs_num
+    return body
+
+
+def parse_generation(item: Any, *, top_logprobs_num: int = 0):
+    """(output_ids, output logprobs [N] float64, finish "stop"|"length", top rows | None) of one result."""
+    meta = _meta_info(item)
+    output_ids = item.get("output_ids")
+    entries = meta.get("output_token_logprobs")
+    if not isinstance(output_ids, list) or not isinstance(entries, list) or len(entries) != len(output_ids):
+        raise ResponseFormatError(f"generation: output_ids and output_token_logprobs disagree: {_describe(item)}")
+    values = [_logprob_value(e, f"output_token_logprobs[{i}]") for i, e in enumerate(entries)]
+    for i, (entry, token) in enumerate(zip(entries, output_ids, strict=True)):
+        if entry[1] != token:
+            raise ResponseFormatError(f"output_token_logprobs[{i}] is for id {entry[1]}, output_ids has {token}")
+    finish = (meta.get("finish_reason") or {}).get("type")
+    if finish not in ("stop", "length"):
+        raise ResponseFormatError(f"unexpected finish_reason {meta.get('finish_reason')!r}")
+    top = None
+    if top_logprobs_num:
+        top = top_rows(meta.get("output_top_logprobs") or [], top_logprobs_num, "output_top_logprobs")
+        if top[0].shape[0] != len(output_ids):
+            raise ResponseFormatError("output_top_logprobs: one row per output token expected")
+    return [int(t) for t in output_ids], torch.tensor(values, dtype=torch.float64), finish, top
+
+
+def top_rows(rows: list[Any], k: int, field: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of `[logprob, id, text]` triples (descending) -> (ids [N, k] int64, logprobs [N, k] float32)."""
+    ids, values = [], []
+    for n, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) < k:
+            raise ResponseFormatError(f"{field}[{n}]: expected {k} candidates, got {_describe(row)}")
+        values.append([_logprob_value(t, f"{field}[{n}]") for t in row[:k]])
+        ids.append([int(t[1]) for t in row[:k]])
+    return torch.tensor(ids, dtype=torch.long).reshape(-1, k), torch.tensor(values).reshape(-1, k)
+
+
+def _meta_info(item: Any) -> dict[str, Any]:
+    if not isinstance(item, dict) or not isinstance(item.get("meta_info"), dict):
+        raise ResponseFormatError(f"/generate result without meta_info: {_describe(item)}")
+    return item["meta_info"]
+
+
+def _logprob_value(entry: Any, where: str) -> float:
+    if not isinstance(entry, list | tuple) or len(entry) < 2:
+        raise ResponseFormatError(f"{where}: expected [logprob, token_id, text], got {entry!r}")
+    value = entry[0]
+    if not isinstance(value, int | float) or math.isnan(value):
+        raise ResponseFormatError(f"{where}: log-prob is {value!r}")
+    return float(value)
+
+
+def _check_echo(echoed: Any, sent: int, vocab_size: int, position: int) -> None:
+    if echoed == sent or (sent >= vocab_size - 1 and echoed == 0):
+        return
+    raise ResponseFormatError(
+        f"echoed token id {echoed!r} at position {position} differs from the id sent ({sent}): "
+        "the server scored a different sequence"
+    )
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 200 else text[:200] + "..."

@@ -1,0 +1,151 @@
+"""Multi-teacher scoring with a failure policy: each sample goes to its routed teacher the moment it is ready.
+
+`TeacherFleet.score_rollouts` consumes rollouts as the engine finishes them (an async iterator) and sends
+each one's scoring request at once, so teacher prefill overlaps with the generation of the rest of the
+batch. A sample whose teacher still fails after the pool's retries is handled by `on_failure`:
+
+- `mask`: the sample is kept with `ok=False` and no scores; the trainer gives it advantage 0 on every token
+  (`stack_teacher_logprobs` returns the per-sample validity it needs). Failures are counted per teacher
+  (`failures`) and logged.
+- `stop`: the whole batch stops with `TeacherBatchError` naming the teacher, the sample and the cause.
+
+Invalid token ids are a bug upstream, not a teacher failure: they always stop the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from dnmopd.serving.errors import RequestRejected, ServingError
+from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
+
+logger = logging.getLogger(__name__)
+
+FAILURE_POLICIES = ("mask", "stop")
+
+
+class TeacherBatchError(RuntimeError):
+    """A sample could not be scored and the policy is `stop`."""
+
+
+@dataclass(slots=True)
+class ScoredSample:
+    index: int
+    """Position of the sample in the batch."""
+    teacher: str
+    request: ScoreRequest
+    scores: TeacherScores | None
+    """None when the teacher failed (`ok` is False)."""
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.scores is not None
+
+
+class TeacherFleet:
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        on_failure: str = "mask"
+        """`mask`: a sample whose teacher failed gets advantage 0 (counted, logged); `stop`: the batch fails."""
+
+        def __post_init__(self):
+            if self.on_failure not in FAILURE_POLICIES:
+                raise ValueError(f"TeacherFleet.Config.on_failure={self.on_failure!r}: use one of {FAILURE_POLICIES}")
+
+        def build(self, teachers: Mapping[str, TeacherScorer]) -> TeacherFleet:
+            return TeacherFleet(self, teachers)
+
+    def __init__(self, config: Config, teachers: Mapping[str, TeacherScorer]):
+        if not teachers:
+            raise ValueError("TeacherFleet: no teachers given")
+        self.config = config
+        self.teachers = dict(teachers)
+        self.failures: Counter[str] = Counter()
+        self.scored: Counter[str] = Counter()
+
+    def teacher(self, name: str) -> TeacherScorer:
+        if name not in self.teachers:
+            raise KeyError(f"no teacher named {name!r}; known teachers: {sorted(self.teachers)}")
+        return self.teachers[name]
+
+    async def score_one(self, index: int, teacher_name: str, request: ScoreRequest) -> ScoredSample:
+        teacher = self.teacher(teacher_name)
+        try:
+            scores = await teacher.score(request)
+        except (TeacherError, ServingError) as error:
+            self.failures[teacher_name] += 1
+            logger.warning("teacher %s failed on sample %d (%s policy): %s",
+                           teacher_name, index, self.config.on_failure, error)
+            if self.config.on_failure == "stop" or isinstance(error, RequestRejected):
+                raise TeacherBatchError(f"teacher {teacher_name} failed on sample {index}: {error}") from error
+            return ScoredSample(index, teacher_name, request, None, str(error))
+        self.scored[teacher_name] += 1
+        return ScoredSample(index, teacher_name, request, scores)
+
+    async def score_stream(self, items: AsyncIterable[tuple[int, str, ScoreRequest]]) -> list[ScoredSample]:
+        """Score `(index, teacher, request)` items as they arrive; results sorted by index."""
+        tasks: list[asyncio.Task] = []
+        try:
+            async for index, name, request in items:
+                tasks.append(asyncio.create_task(self.score_one(index, name, request)))
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return sorted(results, key=lambda sample: sample.index)
+
+    async def score_rollouts(self, rollouts: AsyncIterable, route: Callable[[int], str]) -> list[ScoredSample]:
+        """Score rollouts (`dnmopd.rollout.Rollout`) as they finish; `route(sample_id)` names the teacher."""
+
+        async def items():
+            async for rollout in rollouts:
+                request = ScoreRequest(rollout.prompt_ids + rollout.response_ids, len(rollout.prompt_ids))
+                yield rollout.sample_id, route(rollout.sample_id), request
+
+        return await self.score_stream(items())
+
+    def score_batch(self, items: Iterable[tuple[str, ScoreRequest]]) -> list[ScoredSample]:
+        """Blocking: score `(teacher, request)` pairs concurrently; index = position in `items`."""
+
+        async def run() -> list[ScoredSample]:
+            async def source():
+                for index, (name, request) in enumerate(items):
+                    yield index, name, request
+
+            try:
+                return await self.score_stream(source())
+            finally:
+                await self.aclose()
+
+        return asyncio.run(run())
+
+    async def aclose(self) -> None:
+        for teacher in self.teachers.values():
+            await teacher.aclose()
+
+
+def stack_teacher_logprobs(samples: list[ScoredSample], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(teacher log-probs [B, length] float32, right-padded with 0; sample_valid [B] bool).
+
+    Rows of failed samples are all 0 and `sample_valid` is False there: multiply the advantages by
+    `sample_valid[:, None]` so that those samples contribute advantage 0 on every token.
+    """
+    logprobs = torch.zeros(len(samples), length, dtype=torch.float32)
+    valid = torch.zeros(len(samples), dtype=torch.bool)
+    for row, sample in enumerate(samples):
+        if sample.ok:
+            values = sample.scores.logprobs
+            if values.shape[0] > length:
+                raise ValueError(f"sample {sample.index}: {values.shape[0]} response tokens > length {length}")
+            logprobs[row, : values.shape[0]] = values
+            valid[row] = True
+    return logprobs, valid
