@@ -62,7 +62,9 @@ def parse_score(
             )
         values.append(_value(entry[key], f"prompt_logprobs[{position}]"))
         if top_k:
-            ranked = sorted((c["rank"], int(token), _value(c, "top")) for token, c in entry.items() if c["rank"] <= top_k)
+            ranked = sorted(
+                (c["rank"], int(token), _value(c, "top")) for token, c in entry.items() if c["rank"] <= top_k
+            )
             if len(ranked) != top_k:
                 raise ResponseFormatError(f"prompt_logprobs[{position}]: {len(ranked)} of top-{top_k} present")
             top_ids.append([token for _, token, _ in ranked])

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from dnmopd.serving.errors import ServingError, TransientServerError
-from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
 from dnmopd.teachers.hf_model import config_vocab_size
