@@ -1,1 +1,25 @@
-"""Triton kernels over tensor-parallel vocab shards, installed as ``dnmopd.kernels``."""
+"""Triton kernels over tensor-parallel vocab shards, installed as ``dnmopd.kernels``.
+
+- ``fused_linear_logprob``: per-token log-prob (and entropy) of sampled tokens from hidden states and a
+  vocab-sharded LM head, never materialising ``[N, V]`` logits.
+- ``fused_opd_loss``: the same pass fused with the clipped OPD loss and its gradient (3 GEMMs).
+- ``fused_reverse_kl``: full-vocab KL(student || teacher) per token, student gradient only.
+- ``domain_stats``: per-domain float64 (responses, tokens, sum, sumsq) of the DN scale statistic.
+
+With ``tp_group`` each rank passes its contiguous vocab shard; ``grad_hidden`` is then this rank's partial
+sum, reduced exactly once by the caller's TP mapping (see ``linear_logprob``'s module docstring).
+"""
+
+from .domain_stats import domain_stats
+from .linear_logprob import fused_linear_logprob
+from .opd_loss import OPDLossOutput, fused_opd_loss
+from .reverse_kl import ReverseKLOutput, fused_reverse_kl
+
+__all__ = [
+    "OPDLossOutput",
+    "ReverseKLOutput",
+    "domain_stats",
+    "fused_linear_logprob",
+    "fused_opd_loss",
+    "fused_reverse_kl",
+]

@@ -1,0 +1,321 @@
+"""Per-token log-prob (and entropy) of sampled tokens straight from hidden states and a vocab-sharded head.
+
+Math, per token t with scaled logits s = (h_t W^T) / tau over the full vocabulary (all TP shards):
+
+    LSE_t  = log sum_v exp(s_v)              logp_t = s_{y_t} - LSE_t      (<= 0)
+    p_v    = exp(s_v - LSE_t)                mu_t   = sum_v p_v s_v
+    H_t    = LSE_t - mu_t                    (entropy)
+
+Gradients with upstream g_t = dL/dlogp_t and e_t = dL/dH_t, chain-ruled to the raw logits z = tau * s:
+
+    dL/dz_v = [ g_t (1[v = y_t] - p_v) - e_t p_v (s_v - mu_t) ] / tau
+
+The target entry uses 1 - p_y = -expm1(logp_t) in fp32, so nothing cancels when p_y -> 1; every row of
+dL/dz sums to zero. dL/dh = dL/dz @ W (a partial sum over this rank's vocab shard) and dL/dW = dL/dz^T @ h.
+
+Passes, per token chunk (logits of one chunk exist at a time, never [N, V]):
+  1. logits = h_chunk @ W^T (cuBLAS), in ``logits_dtype``;
+  2. ``_logprob_stats_kernel``: one program per row streams its vocab shard once with an online
+     max / sum-exp (and entropy moment), and takes the target logit where it lies;
+  3. one all-gather of the packed per-token stats over the TP group; every rank merges identically;
+  4. (backward) ``_logprob_grad_kernel`` overwrites the logits with dL/dz, then two GEMMs give the
+     hidden and weight gradients.
+
+Tensor parallelism and who reduces grad_hidden: each rank holds a contiguous vocab shard
+``[vocab_start, vocab_start + V_local)`` and returns grad_hidden as its *partial* sum over that shard.
+The caller reduces it exactly once over the TP group, in the autograd op that produced ``hidden`` for
+the head: Megatron's ``copy_to_tensor_model_parallel_region`` (all-reduce in backward) or, with sequence
+parallelism, ``gather_from_sequence_parallel_region`` (reduce-scatter in backward). These kernels never
+reduce grad_hidden themselves; the weight gradient is local to the shard and needs no TP reduction.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from .utils import (
+    accumulate_weight_grad,
+    check_lm_head_inputs,
+    chunk_rows,
+    gather_token_stats,
+    matmul,
+    merge_max_sumexp,
+    vocab_block,
+)
+
+# Packed per-token stats of one rank: running max, sum exp(s - max), target logit (0 when the target is
+# not in this shard), ownership flag, and sum (s - max) exp(s - max) for the entropy.
+STAT_MAX, STAT_SUM, STAT_TARGET, STAT_OWNED, STAT_ENT = range(5)
+# Initial running max: finite, so that exp(m - m_new) is 0 and (m - m_new) * 0 stays 0 (not NaN).
+NEG_LARGE: tl.constexpr = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def _logprob_stats_kernel(
+    logits_ptr, stride_row, targets_ptr, stats_ptr, n_cols, vocab_start, inv_temp,
+    NUM_STATS: tl.constexpr, WITH_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    target = tl.load(targets_ptr + row) - vocab_start
+    m = NEG_LARGE
+    sum_exp = 0.0
+    ent = 0.0
+    target_logit = 0.0
+    for start in range(0, n_cols, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        valid = cols < n_cols
+        s = tl.load(row_ptr + cols, mask=valid, other=float("-inf")).to(tl.float32) * inv_temp
+        m_new = tl.maximum(m, tl.max(s, 0))
+        alpha = tl.exp(m - m_new)
+        e = tl.exp(s - m_new)
+        if WITH_ENTROPY:
+            shifted = tl.where(valid, s - m_new, 0.0) * e
+            ent = alpha * (ent + (m - m_new) * sum_exp) + tl.sum(shifted, 0)
+        sum_exp = sum_exp * alpha + tl.sum(e, 0)
+        m = m_new
+        target_logit += tl.sum(tl.where(cols == target, s, 0.0), 0)
+    owned = (target >= 0) & (target < n_cols)
+    out = stats_ptr + row * NUM_STATS
+    tl.store(out + 0, m)
+    tl.store(out + 1, sum_exp)
+    tl.store(out + 2, target_logit)
+    tl.store(out + 3, owned.to(tl.float32))
+    if WITH_ENTROPY:
+        tl.store(out + 4, ent)
+
+
+@triton.jit
+def _logprob_grad_kernel(
+    logits_ptr, stride_row, grad_ptr, stride_grad_row, targets_ptr, lse_ptr, g_ptr, target_grad_ptr,
+    g_ent_ptr, mu_ptr, n_cols, vocab_start, inv_temp,
+    WITH_ENTROPY: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    row_ptr = logits_ptr + row * stride_row
+    grad_row_ptr = grad_ptr + row * stride_grad_row
+    target = tl.load(targets_ptr + row) - vocab_start
+    lse = tl.load(lse_ptr + row)
+    g = tl.load(g_ptr + row)  # already divided by the temperature
+    target_grad = tl.load(target_grad_ptr + row)
+    active = g != 0.0
+    g_ent = 0.0
+    mu = 0.0
+    if WITH_ENTROPY:
+        g_ent = tl.load(g_ent_ptr + row)
+        mu = tl.load(mu_ptr + row)
+        active = active | (g_ent != 0.0)
+    n_live = tl.where(active, n_cols, 0)  # an inactive row reads nothing and writes zeros
+    for start in range(0, n_cols, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        valid = cols < n_cols
+        s = tl.load(row_ptr + cols, mask=cols < n_live, other=0.0).to(tl.float32) * inv_temp
+        p = tl.exp(s - lse)
+        grad = -g * p
+        if WITH_ENTROPY:
+            grad -= g_ent * p * (s - mu)
+        grad = tl.where(cols == target, target_grad, grad)
+        grad = tl.where(active, grad, 0.0)
+        tl.store(grad_row_ptr + cols, grad.to(grad_ptr.dtype.element_ty), mask=valid)
+
+
+class LogprobStats(NamedTuple):
+    """Merged per-token statistics of one chunk (identical on every TP rank)."""
+
+    lse: torch.Tensor  # log-sum-exp of the scaled logits
+    logp: torch.Tensor  # log-prob of the target, <= 0
+    owned: torch.Tensor  # number of shards that held the target (1 for a valid target)
+    entropy: torch.Tensor | None
+    mu: torch.Tensor | None  # mean scaled logit under p
+
+
+def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
+                  with_entropy: bool, tp_group) -> LogprobStats:
+    """Stats of one logits chunk ``[C, V_local]``, merged over the TP group (one all-gather)."""
+    rows, n_cols = logits.shape
+    num_stats = 5 if with_entropy else 4
+    packed = torch.empty((rows, num_stats), dtype=torch.float32, device=logits.device)
+    block, warps = vocab_block(n_cols)
+    _logprob_stats_kernel[(rows,)](
+        logits, logits.stride(0), targets, packed, n_cols, vocab_start, 1.0 / temperature,
+        NUM_STATS=num_stats, WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
+    )
+    gathered = gather_token_stats(packed, tp_group)
+    m, sum_exp, scale = merge_max_sumexp(gathered[..., STAT_MAX], gathered[..., STAT_SUM])
+    log_sum = torch.log(sum_exp)
+    lse = m + log_sum
+    logp = (gathered[..., STAT_TARGET].sum(0) - lse).clamp(max=0.0)
+    owned = gathered[..., STAT_OWNED].sum(0)
+    if not with_entropy:
+        return LogprobStats(lse, logp, owned, None, None)
+    # sum_v (s_v - m) exp(s_v - m) over all shards, each shard's term moved from its own max to m.
+    shifted = (scale * (gathered[..., STAT_ENT] + (gathered[..., STAT_MAX] - m) * gathered[..., STAT_SUM])).sum(0)
+    mean_shift = shifted / sum_exp
+    return LogprobStats(lse, logp, owned, (log_sum - mean_shift).clamp(min=0.0), m + mean_shift)
+
+
+def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
+                  temperature: float, lse: torch.Tensor, logp: torch.Tensor, grad_logp: torch.Tensor,
+                  grad_entropy: torch.Tensor | None = None, mu: torch.Tensor | None = None) -> None:
+    """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``logits``)."""
+    rows, n_cols = logits.shape
+    inv_temp = 1.0 / temperature
+    g = (grad_logp.to(torch.float32) * inv_temp).contiguous()
+    target_grad = -g * torch.expm1(logp)
+    with_entropy = grad_entropy is not None
+    if with_entropy:
+        g_ent = (grad_entropy.to(torch.float32) * inv_temp).contiguous()
+        target_grad = target_grad - g_ent * torch.exp(logp) * (logp + lse - mu)
+        active = (g != 0) | (g_ent != 0)
+    else:
+        g_ent, mu, active = g, lse, g != 0
+    target_grad = torch.where(active, target_grad, 0.0)
+    block, warps = vocab_block(n_cols)
+    _logprob_grad_kernel[(rows,)](
+        logits, logits.stride(0), grad_logits, grad_logits.stride(0), targets, lse, g, target_grad,
+        g_ent, mu, n_cols, vocab_start, inv_temp,
+        WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
+    )
+
+
+class ChunkedHead:
+    """Token-chunk plan for one pass over a vocab shard, with reusable logits/gradient buffers."""
+
+    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, logits_dtype: torch.dtype | None,
+                 chunk_size: int | None, extra_logits: int = 0):
+        self.hidden, self.weight = hidden, weight
+        self.logits_dtype = logits_dtype or hidden.dtype
+        n, n_cols = hidden.shape[0], weight.shape[0]
+        separate_grad = self.logits_dtype != weight.dtype
+        elem = (1 + extra_logits) * self.logits_dtype.itemsize + (weight.itemsize if separate_grad else 0)
+        self.rows = chunk_rows(n, n_cols, elem, chunk_size)
+        alloc = min(self.rows, max(n, 1))
+        self.buffers = [hidden.new_empty((alloc, n_cols), dtype=self.logits_dtype) for _ in range(1 + extra_logits)]
+        self.grad_buffer = hidden.new_empty((alloc, n_cols), dtype=weight.dtype) if separate_grad else None
+
+    def chunks(self):
+        n = self.hidden.shape[0]
+        for start in range(0, n, self.rows):
+            yield start, min(start + self.rows, n)
+
+    def logits(self, start: int, end: int, hidden=None, weight=None, slot: int = 0) -> torch.Tensor:
+        hidden = self.hidden if hidden is None else hidden
+        weight = self.weight if weight is None else weight
+        return matmul(hidden[start:end], weight.t(), out=self.buffers[slot][: end - start])
+
+    def grad_target(self, logits: torch.Tensor) -> torch.Tensor:
+        """Where the kernel writes dL/dlogits: in place, or a buffer in the weight dtype for the GEMMs."""
+        return logits if self.grad_buffer is None else self.grad_buffer[: logits.shape[0]]
+
+    def backprop(self, grad_logits: torch.Tensor, start: int, end: int, grad_hidden: torch.Tensor | None,
+                 grad_weight: torch.Tensor | None) -> None:
+        if grad_hidden is not None:
+            torch.mm(grad_logits, self.weight, out=grad_hidden[start:end])
+        if grad_weight is not None:
+            accumulate_weight_grad(grad_weight, grad_logits, self.hidden[start:end], first=start == 0)
+
+
+def check_targets_owned(owned: torch.Tensor, mask: torch.Tensor | None, extra_bad: torch.Tensor | None = None):
+    """One host sync: every counted token's target must lie in exactly one vocab shard."""
+    bad = owned != 1.0
+    if mask is not None:
+        bad &= mask
+    bad = bad.any()
+    if extra_bad is not None:
+        bad |= extra_bad
+    if bool(bad):
+        raise ValueError(
+            "targets: a token's target id lies outside [0, vocab size) (no vocab shard holds it), or a valid "
+            "token names a response index outside [0, len(response_weights)); check targets/vocab_start/"
+            "response_ids"
+        )
+
+
+class _LinearLogprobFunction(torch.autograd.Function):
+    """hidden [N, D], weight [V_local, D], targets [N] (global ids) -> logp [N], entropy [N] or None.
+
+    Forward saves only per-token vectors; backward recomputes each chunk's logits (4 GEMMs in all), so any
+    per-token upstream gradient works.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, vocab_start, temperature, with_entropy, tp_group, chunk_size,
+                logits_dtype):
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
+        n = hidden.shape[0]
+        lse, logp = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
+        owned = hidden.new_empty(n, dtype=torch.float32)
+        entropy = hidden.new_empty(n, dtype=torch.float32) if with_entropy else None
+        mu = hidden.new_empty(n, dtype=torch.float32) if with_entropy else None
+        for start, end in head.chunks():
+            stats = logprob_stats(head.logits(start, end), targets[start:end], vocab_start, temperature,
+                                  with_entropy, tp_group)
+            lse[start:end], logp[start:end], owned[start:end] = stats.lse, stats.logp, stats.owned
+            if with_entropy:
+                entropy[start:end], mu[start:end] = stats.entropy, stats.mu
+        check_targets_owned(owned, None)
+        ctx.save_for_backward(hidden, weight, targets, lse, logp, mu)
+        ctx.config = (vocab_start, temperature, chunk_size, logits_dtype)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, targets, lse, logp, mu = ctx.saved_tensors
+        vocab_start, temperature, chunk_size, logits_dtype = ctx.config
+        if grad_logp is None:
+            grad_logp = torch.zeros_like(logp)
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
+        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
+        for start, end in head.chunks():
+            logits = head.logits(start, end)
+            grad_logits = head.grad_target(logits)
+            sl = slice(start, end)
+            logprob_grad_(
+                logits, grad_logits, targets[sl], vocab_start, temperature, lse[sl], logp[sl], grad_logp[sl],
+                None if grad_entropy is None else grad_entropy[sl], None if mu is None else mu[sl],
+            )
+            head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+
+
+def fused_linear_logprob(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    vocab_start: int = 0,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    tp_group=None,
+    chunk_size: int | None = None,
+    logits_dtype: torch.dtype | None = None,
+):
+    """Log-prob of ``targets`` under ``softmax(hidden @ weight.T / temperature)`` without materialising logits.
+
+    Args:
+        hidden: ``[N, D]`` final hidden states (replicated across the TP group).
+        weight: ``[V_local, D]`` this rank's contiguous vocab shard of the LM head.
+        targets: ``[N]`` global token ids; each must lie in exactly one rank's shard.
+        vocab_start: global id of this shard's first row.
+        temperature: logits are divided by it (sampling temperature of the rollout).
+        return_entropy: also return the full-vocab entropy ``[N]`` (differentiable).
+        tp_group: process group over which the vocab is sharded (None: unsharded).
+        chunk_size: tokens per chunk (default: sized so the chunk's logits take ~512 MiB).
+        logits_dtype: dtype of the chunk's logits (default ``hidden.dtype``; float32 costs more memory
+            traffic and avoids rounding logits to bf16).
+
+    Returns ``logp`` ``[N]`` float32 (<= 0), or ``(logp, entropy)``. Backward takes any per-token upstream
+    gradient; grad_hidden is this rank's partial sum over its vocab shard (see the module docstring for
+    who reduces it).
+    """
+    check_lm_head_inputs(hidden, weight, {"targets": targets}, temperature)
+    logp, entropy = _LinearLogprobFunction.apply(
+        hidden, weight, targets.contiguous(), int(vocab_start), float(temperature), bool(return_entropy),
+        tp_group, chunk_size, logits_dtype,
+    )
+    return (logp, entropy) if return_entropy else logp

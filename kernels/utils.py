@@ -1,0 +1,150 @@
+"""Host-side helpers shared by the fused LM-head ops.
+
+Everything here runs on the host or as a handful of small torch ops on per-token vectors; the Triton
+kernels live in the op files. Conventions used by every op:
+
+- hidden ``[N, D]`` rows are tokens; ``weight`` ``[V_local, D]`` is this rank's contiguous vocab shard,
+  starting at global column ``vocab_start``.
+- Work runs in token chunks so that at most one ``[chunk, V_local]`` logits buffer (plus a gradient
+  buffer when its dtype differs) exists at a time; ``chunk_rows`` sizes the chunk from a byte budget.
+- Per-token statistics of each rank are packed into one ``[chunk, k]`` float32 tensor and exchanged with
+  one all-gather per chunk (``gather_token_stats``); every rank then merges them identically.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+
+# Default byte budget for the per-chunk [chunk, V_local] buffers. 512 MiB keeps the extra peak memory of
+# a 16K-token, 248K-vocab step under 1 GiB with bf16 logits while the GEMMs stay large.
+DEFAULT_CHUNK_BYTES = 512 * 2**20
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def vocab_block(n_cols: int) -> tuple[int, int]:
+    """Block width over the vocab and warps per program for the row kernels."""
+    block = min(4096, next_power_of_2(max(n_cols, 16)))
+    return block, (8 if block >= 2048 else 4)
+
+
+def chunk_rows(n_rows: int, n_cols: int, bytes_per_elem: int, chunk_size: int | None,
+               budget_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
+    """Token rows per chunk: ``chunk_size`` if given, else the budget over one row's buffers."""
+    if chunk_size is not None:
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        return min(chunk_size, max(n_rows, 1))
+    rows = budget_bytes // max(1, n_cols * bytes_per_elem)
+    rows = max(256, rows // 256 * 256)
+    return min(rows, max(n_rows, 1))
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out = a @ b`` in out's dtype; bf16/fp16 operands with a float32 ``out`` use cuBLAS's fp32 output."""
+    if out.dtype == a.dtype:
+        return torch.mm(a, b, out=out)
+    if a.is_cuda and out.dtype == torch.float32:
+        return torch.mm(a, b, out_dtype=torch.float32, out=out)
+    return out.copy_(torch.mm(a.to(out.dtype), b.to(out.dtype)))
+
+
+def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, hidden: torch.Tensor,
+                           first: bool) -> None:
+    """``grad_weight (+)= grad_logits^T @ hidden``; the first chunk writes, later chunks accumulate."""
+    if first:
+        torch.mm(grad_logits.t(), hidden, out=grad_weight)
+    else:
+        grad_weight.addmm_(grad_logits.t(), hidden)
+
+
+def scale_saved_grads(grad_loss: torch.Tensor, *grads: torch.Tensor | None) -> tuple:
+    """Gradients computed in the forward, times the loss's upstream gradient.
+
+    One host sync on the scalar instead of a full extra pass over the weight gradient when it is 1.
+    """
+    if bool(grad_loss == 1.0):
+        return grads
+    return tuple(None if g is None else g * grad_loss.to(g.dtype) for g in grads)
+
+
+def tp_size(group) -> int:
+    if group is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    return dist.get_world_size(group)
+
+
+def gather_token_stats(stats: torch.Tensor, group) -> torch.Tensor:
+    """All-gather this rank's packed ``[C, k]`` per-token stats into ``[world, C, k]`` (one collective)."""
+    world = tp_size(group)
+    if world == 1:
+        return stats.unsqueeze(0)
+    out = stats.new_empty((world, *stats.shape))
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather(out, stats.contiguous(), group=group)
+    return out
+
+
+def merge_max_sumexp(m: torch.Tensor, sum_exp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Merge per-rank ``(max, sum exp(x - max))`` over dim 0 -> ``(max, sum, per-rank rescale)``."""
+    m_all = m.amax(dim=0)
+    scale = torch.exp(m - m_all)
+    return m_all, (sum_exp * scale).sum(dim=0), scale
+
+
+def response_token_weights(
+    response_ids: torch.Tensor,
+    mask: torch.Tensor | None,
+    num_local_responses: int,
+    num_responses: int | torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token response-mean coefficient and the clamped response index of each token.
+
+    ``coef_t = mask_t / (num_responses * max(n_r, 1))`` where ``n_r`` counts the valid tokens of token t's
+    response r, so ``sum_t coef_t * x_t`` is the mean over responses of each response's token mean, with
+    ``num_responses`` the response count of the whole (global) batch. Returns ``(coef, ids, bad)``:
+    ``bad`` is a 0-dim bool tensor, true when a valid token names a response outside
+    ``[0, num_local_responses)`` (checked by the caller with its other validity checks, one sync).
+    """
+    if mask is None:
+        mask = torch.ones_like(response_ids, dtype=torch.bool)
+    bad = (mask & ((response_ids < 0) | (response_ids >= num_local_responses))).any()
+    ids = response_ids.clamp(0, max(num_local_responses - 1, 0))
+    valid = mask.to(torch.float32)
+    counts = torch.zeros(num_local_responses, dtype=torch.float32, device=ids.device)
+    counts.index_add_(0, ids, valid)
+    if num_responses is None:
+        num_responses = num_local_responses
+    coef = valid / (counts.clamp(min=1.0)[ids] * num_responses)
+    return coef, ids, bad
+
+
+def check_lm_head_inputs(hidden: torch.Tensor, weight: torch.Tensor, per_token: dict[str, torch.Tensor | None],
+                         temperature: float) -> None:
+    """Shape/dtype checks shared by the ops; errors name the argument and what was expected."""
+    if hidden.dim() != 2:
+        raise ValueError(f"hidden must be [N, D], got shape {tuple(hidden.shape)}")
+    if weight.dim() != 2 or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(
+            f"weight must be [V_local, D] with D = hidden.shape[1] = {hidden.shape[1]}, "
+            f"got shape {tuple(weight.shape)}"
+        )
+    if weight.dtype != hidden.dtype:
+        raise ValueError(f"weight dtype {weight.dtype} differs from hidden dtype {hidden.dtype}")
+    if weight.device != hidden.device:
+        raise ValueError(f"weight is on {weight.device} but hidden is on {hidden.device}")
+    n = hidden.shape[0]
+    for name, tensor in per_token.items():
+        if tensor is None:
+            continue
+        if tensor.shape != (n,):
+            raise ValueError(f"{name} must have shape [N] = ({n},), got {tuple(tensor.shape)}")
+        if tensor.device != hidden.device:
+            raise ValueError(f"{name} is on {tensor.device} but hidden is on {hidden.device}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
