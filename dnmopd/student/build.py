@@ -1,0 +1,171 @@
+"""Build the student's model chunks: our options + the HF architecture -> megatron ``TransformerConfig``.
+
+This is the only place that maps the student's settings onto megatron's ``TransformerConfig``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from dnmopd.student.arch import StudentArch, dtype_from_name
+from dnmopd.student.gated_delta_rule import BACKENDS
+from dnmopd.student.model import StudentModel
+from dnmopd.student.parallel import ParallelDims
+from dnmopd.student.specs import HAVE_TE, decoder_block_spec, spec_provider
+
+
+@dataclass(kw_only=True, slots=True)
+class BuildOptions:
+    """How to build the student (the architecture itself comes from the HF config)."""
+
+    dtype: str = "auto"
+    """Parameter dtype: "auto" (the checkpoint's dtype), "float32", "bfloat16" or "float16"."""
+    transformer_impl: str = "auto"
+    """"auto" (Transformer Engine when importable and CUDA is available), "local" or "transformer_engine"."""
+    gdn_backend: str = "auto"
+    """Gated delta rule: "auto" (FLA on CUDA when usable, else torch), "fla" or "torch"."""
+    gdn_chunk_size: int = 64
+    """Chunk length of the pure-torch chunked gated delta rule."""
+    activation_recompute: bool = False
+    """Recompute each layer's activations in the backward pass (megatron full/uniform recompute)."""
+    make_vocab_size_divisible_by: int = 128
+    """Pad the vocabulary to a multiple of this times the TP size (megatron's rule)."""
+
+    def __post_init__(self):
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"BuildOptions.dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
+        if self.transformer_impl not in ("auto", "local", "transformer_engine"):
+            raise ValueError(
+                f"BuildOptions.transformer_impl must be auto/local/transformer_engine, got {self.transformer_impl!r}"
+            )
+        if self.gdn_backend not in BACKENDS:
+            raise ValueError(f"BuildOptions.gdn_backend must be one of {BACKENDS}, got {self.gdn_backend!r}")
+        if self.gdn_chunk_size < 1 or self.make_vocab_size_divisible_by < 1:
+            raise ValueError("BuildOptions.gdn_chunk_size and make_vocab_size_divisible_by must be >= 1")
+
+    def resolved_dtype(self, arch: StudentArch) -> torch.dtype:
+        return arch.hf_dtype if self.dtype == "auto" else dtype_from_name(self.dtype, where="BuildOptions.dtype")
+
+    def resolved_impl(self) -> str:
+        if self.transformer_impl == "auto":
+            return "transformer_engine" if HAVE_TE and torch.cuda.is_available() else "local"
+        return self.transformer_impl
+
+
+def padded_vocab_size(vocab_size: int, tp_size: int, divisible_by: int = 128) -> int:
+    """Megatron's rule: round the vocabulary up to a multiple of ``divisible_by * tp_size``."""
+    multiple = divisible_by * tp_size
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+def transformer_config(
+    arch: StudentArch, options: BuildOptions, dims: ParallelDims, *, initialize: bool
+) -> TransformerConfig:
+    dtype = options.resolved_dtype(arch)
+    on_gpu = torch.cuda.is_available()
+    gdn = arch.gdn
+    recompute = {}
+    if options.activation_recompute:
+        recompute = {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+    return TransformerConfig(
+        num_layers=arch.num_layers,
+        hidden_size=arch.hidden_size,
+        ffn_hidden_size=arch.ffn_hidden_size,
+        num_attention_heads=arch.num_attention_heads,
+        num_query_groups=arch.num_query_groups,
+        kv_channels=arch.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=arch.norm_eps,
+        layernorm_zero_centered_gamma=arch.zero_centered_norms,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        add_bias_linear=False,
+        add_qkv_bias=False,
+        qk_layernorm=True,
+        attention_output_gate=arch.attn_output_gate,
+        linear_conv_kernel_dim=gdn.conv_kernel if gdn else None,
+        linear_key_head_dim=gdn.key_head_dim if gdn else None,
+        linear_value_head_dim=gdn.value_head_dim if gdn else None,
+        linear_num_key_heads=gdn.num_key_heads if gdn else None,
+        linear_num_value_heads=gdn.num_value_heads if gdn else None,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        tensor_model_parallel_size=dims.tp_size,
+        pipeline_model_parallel_size=dims.pp_size,
+        virtual_pipeline_model_parallel_size=dims.config.virtual_pipeline,
+        sequence_parallel=False,
+        variable_seq_lengths=True,
+        moe_token_dispatcher_type="alltoall",  # dense model; megatron rejects the default with variable lengths
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+        use_cpu_initialization=not on_gpu,
+        perform_initialization=initialize,
+        bias_activation_fusion=on_gpu,
+        bias_dropout_fusion=on_gpu,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        gradient_accumulation_fusion=False,
+        persist_layer_norm=False,
+        transformer_impl=options.resolved_impl(),
+        **recompute,
+    )
+
+
+def build_model_chunks(
+    arch: StudentArch,
+    options: BuildOptions,
+    dims: ParallelDims,
+    *,
+    vocab_size_padded: int | None = None,
+    initialize: bool = True,
+) -> list[StudentModel]:
+    """One :class:`StudentModel` per virtual pipeline stage of this rank (a single chunk without VPP).
+
+    ``initialize=False`` skips random initialisation (use it when weights are loaded right after).
+    """
+    config = transformer_config(arch, options, dims, initialize=initialize)
+    provider = spec_provider(config.transformer_impl)
+    padded = vocab_size_padded or padded_vocab_size(arch.vocab_size, dims.tp_size, options.make_vocab_size_divisible_by)
+    if padded < arch.vocab_size or padded % dims.tp_size:
+        raise ValueError(
+            f"padded vocabulary {padded} must be >= vocab_size {arch.vocab_size} and divisible by TP {dims.tp_size}"
+        )
+    theta = int(arch.rope_theta) if float(arch.rope_theta).is_integer() else arch.rope_theta
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    chunks = []
+    for vp in range(dims.num_chunks):
+        vp_stage = vp if dims.num_chunks > 1 else None
+        spec = decoder_block_spec(
+            arch,
+            config,
+            provider,
+            pp_rank=dims.pp_rank,
+            vp_stage=vp_stage,
+            gdn_backend=options.gdn_backend,
+            gdn_chunk_size=options.gdn_chunk_size,
+        )
+        model = StudentModel(
+            config=config,
+            transformer_layer_spec=spec,
+            vocab_size=padded,
+            max_sequence_length=arch.max_position_embeddings,
+            pre_process=dims.pp_rank == 0 and vp == 0,
+            post_process=dims.pp_rank == dims.pp_size - 1 and vp == dims.num_chunks - 1,
+            parallel_output=True,
+            share_embeddings_and_output_weights=arch.tie_embeddings,
+            position_embedding_type="rope",
+            rotary_percent=arch.rotary_fraction,
+            rotary_base=theta,
+            pg_collection=dims.pg,
+            vp_stage=vp_stage,
+            arch=arch,
+        )
+        chunks.append(model.to(device))
+    return chunks
