@@ -34,7 +34,11 @@ import torch
 FINISH_REASONS = ("stop", "length")
 
 
-class WeightUpdateError(RuntimeError):
+class RolloutError(RuntimeError):
+    """A rollout engine failed a check or cannot produce what was asked."""
+
+
+class WeightUpdateError(RolloutError):
     """A weight update failed, or the probe after it showed that the served model is not the new one."""
 
 

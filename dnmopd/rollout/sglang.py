@@ -1,0 +1,102 @@
+"""SGLang rollout engine: `/generate` from token ids with log-probs; weight updates from disk.
+
+SGLang reports log_softmax(logits / T) before top-k/top-p truncation. To report the sampled distribution
+(`rollout.base`) the engine, when top_k is on, also asks for the top-k log-probs and subtracts their
+logsumexp (the mass top-k keeps); top_p < 1 cannot be converted from the answer and is refused.
+SGLang ignores `sampling_seed` unless the server runs with `--enable-deterministic-inference`, so a seed is
+refused unless `deterministic_server` says the server was started that way. Weight updates use
+`POST /update_weights_from_disk` (synchronous; flushes the radix cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
+from dnmopd.rollout.http_engine import HttpRolloutEngine
+from dnmopd.serving import sglang_api
+from dnmopd.serving.errors import RequestRejected
+from dnmopd.serving.pool import Replica, ReplicaPool
+
+
+def sglang_sampling(params: SamplingParams, seed: int | None, *, deterministic_server: bool) -> dict[str, Any]:
+    """SamplingParams in SGLang's vocabulary; refuses what SGLang cannot report faithfully."""
+    if params.top_p < 1 and not params.greedy:
+        raise RolloutError(
+            f"top_p={params.top_p}: SGLang reports log-probs before top-p truncation, so the log-prob of the "
+            "distribution actually sampled cannot be recovered; use top_p=1 or the vllm/inprocess backend"
+        )
+    if seed is not None and not deterministic_server:
+        raise RolloutError(
+            "SGLang ignores sampling_seed unless the server runs with --enable-deterministic-inference; "
+            "start it so and set deterministic_server=true, or sample with seed=None"
+        )
+    sampling: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p,
+                                "max_new_tokens": params.max_new_tokens}
+    if params.top_k != -1:
+        sampling["top_k"] = params.top_k
+    if params.stop_token_ids:
+        sampling["stop_token_ids"] = list(params.stop_token_ids)
+    if seed is not None:
+        sampling["sampling_seed"] = seed
+    return sampling
+
+
+def sampled_logprobs(reported: torch.Tensor, top_values: torch.Tensor | None) -> torch.Tensor:
+    """log q from SGLang's log_softmax(z / T): renormalize over the top-k kept set when top-k is on."""
+    if top_values is None:
+        return reported
+    return reported - torch.logsumexp(top_values.double(), dim=-1)
+
+
+class SGLangRollout(HttpRolloutEngine):
+    generate_path = "/generate"
+    health_path = "/health_generate"
+
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        model_path: str
+        """HF folder the servers were started with (config, tokenizer files copied into update folders)."""
+        pool: ReplicaPool.Config
+        """Replicas, balancing, limits, time-outs and retries (generation can be long: raise the time-out)."""
+        update_dir: str
+        """Where weight updates are written as HF folders (must be readable by the servers)."""
+        vocab_size: int = 0
+        """Prompt ids must be below this; 0 reads it from `model_path`/config.json."""
+        deterministic_server: bool = False
+        """The servers run with --enable-deterministic-inference (otherwise seeds are refused)."""
+
+        def build(self) -> SGLangRollout:
+            return SGLangRollout(self)
+
+    def __init__(self, config: Config):
+        super().__init__(config, owner="SGLangRollout")
+
+    def _top_k_conversion(self, params: SamplingParams) -> int:
+        return params.top_k if params.top_k != -1 and not params.greedy else 0
+
+    def _generate_body(self, request: RolloutRequest, params: SamplingParams) -> dict[str, Any]:
+        sampling = sglang_sampling(params, params.sample_seed(request.sample_id),
+                                   deterministic_server=self.config.deterministic_server)
+        return sglang_api.generate_body(request.prompt_ids, sampling, top_logprobs_num=self._top_k_conversion(params))
+
+    def _parse_generation(self, payload: Any, params: SamplingParams):
+        ids, reported, finish, top = sglang_api.parse_generation(payload, top_logprobs_num=self._top_k_conversion(params))
+        return ids, sampled_logprobs(reported, top[1] if top is not None else None), finish
+
+    async def _load(self, replica: Replica, folder: Path) -> None:
+        body = {"model_path": str(folder), "weight_version": f"step-{self.weight_version + 1}", "flush_cache": True}
+        try:
+            answer = await self.pool.post_to(replica, "/update_weights_from_disk", body)
+        except RequestRejected as error:
+            raise WeightUpdateError(f"rollout server {replica.url} refused the update: {error}") from error
+        if not isinstance(answer, dict) or answer.get("success") is not True:
+            raise WeightUpdateError(f"rollout server {replica.url}: update_weights_from_disk answered {answer!r}")
+
+    async def _probe_logprobs(self, replica: Replica, probe: WeightProbe) -> torch.Tensor:
+        answer = await self.pool.post_to(replica, "/generate", sglang_api.score_body(probe.token_ids, probe.prompt_len))
+        return sglang_api.parse_score(answer, probe.token_ids, probe.prompt_len, vocab_size=self.vocab_size)[0]
