@@ -142,7 +142,13 @@ class Downloader:
 
     def _download_one(self, entry: ManifestFile) -> str:
         final = self.data_dir / entry.path
-        staged = self.backend.fetch(entry.path, self.staging)
+        try:
+            staged = self.backend.fetch(entry.path, self.staging)
+        except DownloadError:
+            raise
+        except Exception as exc:  # network, HTTP and hub errors all end the same way: nothing at `final`
+            raise DownloadError(f"{entry.path}: download failed ({type(exc).__name__}: {exc}); nothing was "
+                                f"written to {final}") from exc
         if staged is None:
             raise DownloadError(f"{entry.path}: not found in {self.manifest.repo_id} at the pinned revision")
         problem = file_problem(staged, entry)

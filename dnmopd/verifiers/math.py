@@ -153,12 +153,16 @@ class MathVerifier:
         """Counts of ``timeout`` / ``crash`` / ``error`` events, for metrics."""
 
     def _acquire(self) -> _Worker:
+        """An idle worker; a new one while fewer than ``workers`` exist; else wait for one."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("MathVerifier is closed")
-            if self._started < self.config.workers:
-                self._started += 1
-                return _Worker(self._context)
+            try:
+                return self._idle.get_nowait()
+            except queue.Empty:
+                if self._started < self.config.workers:
+                    self._started += 1
+                    return _Worker(self._context)
         return self._idle.get()
 
     def verify(self, response: str, label: str) -> bool | None:
