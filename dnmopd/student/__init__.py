@@ -1,0 +1,38 @@
+"""The megatron-core student: Qwen3 and Qwen3.5 with TP/PP, loaded from and exported to Hugging Face.
+
+Modules (one job each):
+
+* ``arch``: the architecture read from an HF ``config.json`` (text-only or the Qwen3.5 VL layout);
+* ``parallel``: ``torch.distributed`` start-up and megatron's process groups (``ParallelDims``);
+* ``cpu_compat``: the switch that lets megatron-core run on CPU/gloo;
+* ``layers``, ``gated_delta_rule``, ``gated_delta_net``, ``specs``: the layers and their ModuleSpecs;
+* ``model``, ``build``: ``StudentModel`` (GPTModel returning hidden states) and the builder;
+* ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
+* ``checkpoint``, ``student``: distributed checkpoints and the ``Student`` facade the trainer uses;
+* ``release``: the Hugging Face release folder (``launch/convert_to_hf.py``);
+* ``tiny``: deterministic tiny random HF checkpoints for tests and the CPU demo.
+
+The names below are imported lazily, so ``dnmopd.student.tiny`` does not pull in megatron-core.
+"""
+
+import importlib
+
+_EXPORTS = {
+    "BuildOptions": "dnmopd.student.build",
+    "OutputShard": "dnmopd.student.model",
+    "ParallelDims": "dnmopd.student.parallel",
+    "Student": "dnmopd.student.student",
+    "StudentArch": "dnmopd.student.arch",
+    "StudentModel": "dnmopd.student.model",
+    "build_tiny_hf_checkpoint": "dnmopd.student.tiny",
+    "enable_cpu_compat": "dnmopd.student.cpu_compat",
+    "init_distributed": "dnmopd.student.parallel",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'dnmopd.student' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
