@@ -78,7 +78,7 @@ def _logprob_stats_kernel(
             ent = alpha * (ent + (m - m_new) * sum_exp) + tl.sum(shifted, 0)
         sum_exp = sum_exp * alpha + tl.sum(e, 0)
         m = m_new
-        target_logit += tl.sum(tl.where(cols == target, s, 0.0), 0)
+        target_logit += tl.sum(tl.where(valid & (cols == target), s, 0.0), 0)
     owned = (target >= 0) & (target < n_cols)
     out = stats_ptr + row * NUM_STATS
     tl.store(out + 0, m)
@@ -128,9 +128,13 @@ class LogprobStats(NamedTuple):
 
     lse: torch.Tensor  # log-sum-exp of the scaled logits
     logp: torch.Tensor  # log-prob of the target, <= 0
-    owned: torch.Tensor  # number of shards that held the target (1 for a valid target)
-    entropy: torch.Tensor | None
-    mu: torch.Tensor | None  # mean scaled logit under p
+    owned: torch.Tensor | None = None  # number of shards that held the target (1 for a valid target)
+    entropy: torch.Tensor | None = None
+    mu: torch.Tensor | None = None  # mean scaled logit under p
+    target_centered: torch.Tensor | None = None  # s_y - mu, formed without cancellation when p_y -> 1
+
+    def rows(self, sl: slice) -> LogprobStats:
+        return LogprobStats(*(None if t is None else t[sl] for t in self))
 
 
 def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
@@ -148,35 +152,38 @@ def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
     m, sum_exp, scale = merge_max_sumexp(gathered[..., STAT_MAX], gathered[..., STAT_SUM])
     log_sum = torch.log(sum_exp)
     lse = m + log_sum
-    logp = (gathered[..., STAT_TARGET].sum(0) - lse).clamp(max=0.0)
+    target = gathered[..., STAT_TARGET].sum(0)
+    logp = (target - lse).clamp(max=0.0)
     owned = gathered[..., STAT_OWNED].sum(0)
     if not with_entropy:
-        return LogprobStats(lse, logp, owned, None, None)
+        return LogprobStats(lse, logp, owned)
     # sum_v (s_v - m) exp(s_v - m) over all shards, each shard's term moved from its own max to m.
     shifted = (scale * (gathered[..., STAT_ENT] + (gathered[..., STAT_MAX] - m) * gathered[..., STAT_SUM])).sum(0)
     mean_shift = shifted / sum_exp
-    return LogprobStats(lse, logp, owned, (log_sum - mean_shift).clamp(min=0.0), m + mean_shift)
+    entropy = (log_sum - mean_shift).clamp(min=0.0)
+    return LogprobStats(lse, logp, owned, entropy, m + mean_shift, (target - m) - mean_shift)
 
 
 def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
-                  temperature: float, lse: torch.Tensor, logp: torch.Tensor, grad_logp: torch.Tensor,
-                  grad_entropy: torch.Tensor | None = None, mu: torch.Tensor | None = None) -> None:
+                  temperature: float, stats: LogprobStats, grad_logp: torch.Tensor,
+                  grad_entropy: torch.Tensor | None = None) -> None:
     """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``logits``)."""
     rows, n_cols = logits.shape
     inv_temp = 1.0 / temperature
     g = (grad_logp.to(torch.float32) * inv_temp).contiguous()
-    target_grad = -g * torch.expm1(logp)
+    target_grad = -g * torch.expm1(stats.logp)
     with_entropy = grad_entropy is not None
     if with_entropy:
         g_ent = (grad_entropy.to(torch.float32) * inv_temp).contiguous()
-        target_grad = target_grad - g_ent * torch.exp(logp) * (logp + lse - mu)
+        target_grad = target_grad - g_ent * torch.exp(stats.logp) * stats.target_centered
         active = (g != 0) | (g_ent != 0)
+        mu = stats.mu
     else:
-        g_ent, mu, active = g, lse, g != 0
+        g_ent, mu, active = g, stats.lse, g != 0
     target_grad = torch.where(active, target_grad, 0.0)
     block, warps = vocab_block(n_cols)
     _logprob_grad_kernel[(rows,)](
-        logits, logits.stride(0), grad_logits, grad_logits.stride(0), targets, lse, g, target_grad,
+        logits, logits.stride(0), grad_logits, grad_logits.stride(0), targets, stats.lse, g, target_grad,
         g_ent, mu, n_cols, vocab_start, inv_temp,
         WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
     )
@@ -247,27 +254,26 @@ class _LinearLogprobFunction(torch.autograd.Function):
                 logits_dtype):
         head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
         n = hidden.shape[0]
-        lse, logp = hidden.new_empty(n, dtype=torch.float32), hidden.new_empty(n, dtype=torch.float32)
-        owned = hidden.new_empty(n, dtype=torch.float32)
-        entropy = hidden.new_empty(n, dtype=torch.float32) if with_entropy else None
-        mu = hidden.new_empty(n, dtype=torch.float32) if with_entropy else None
+        fields = 6 if with_entropy else 3
+        stats = LogprobStats(*(hidden.new_empty(n, dtype=torch.float32) for _ in range(fields)))
         for start, end in head.chunks():
-            stats = logprob_stats(head.logits(start, end), targets[start:end], vocab_start, temperature,
+            chunk = logprob_stats(head.logits(start, end), targets[start:end], vocab_start, temperature,
                                   with_entropy, tp_group)
-            lse[start:end], logp[start:end], owned[start:end] = stats.lse, stats.logp, stats.owned
-            if with_entropy:
-                entropy[start:end], mu[start:end] = stats.entropy, stats.mu
-        check_targets_owned(owned, None)
-        ctx.save_for_backward(hidden, weight, targets, lse, logp, mu)
+            for full, part in zip(stats, chunk, strict=True):
+                if full is not None:
+                    full[start:end] = part
+        check_targets_owned(stats.owned, None)
+        ctx.save_for_backward(hidden, weight, targets, *stats)
         ctx.config = (vocab_start, temperature, chunk_size, logits_dtype)
-        return logp, entropy
+        return stats.logp, stats.entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
-        hidden, weight, targets, lse, logp, mu = ctx.saved_tensors
+        hidden, weight, targets, *saved = ctx.saved_tensors
+        stats = LogprobStats(*saved)
         vocab_start, temperature, chunk_size, logits_dtype = ctx.config
         if grad_logp is None:
-            grad_logp = torch.zeros_like(logp)
+            grad_logp = torch.zeros_like(stats.logp)
         head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
         grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
@@ -275,10 +281,8 @@ class _LinearLogprobFunction(torch.autograd.Function):
             logits = head.logits(start, end)
             grad_logits = head.grad_target(logits)
             sl = slice(start, end)
-            logprob_grad_(
-                logits, grad_logits, targets[sl], vocab_start, temperature, lse[sl], logp[sl], grad_logp[sl],
-                None if grad_entropy is None else grad_entropy[sl], None if mu is None else mu[sl],
-            )
+            logprob_grad_(logits, grad_logits, targets[sl], vocab_start, temperature, stats.rows(sl),
+                          grad_logp[sl], None if grad_entropy is None else grad_entropy[sl])
             head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         return grad_hidden, grad_weight, None, None, None, None, None, None, None
 

@@ -98,8 +98,7 @@ class _FusedOPDLossFunction(torch.autograd.Function):
             loss += pg.sum()
             if need_hidden or need_weight:
                 grad_logits = head.grad_target(logits)
-                logprob_grad_(logits, grad_logits, targets[sl], vocab_start, temperature, stats.lse,
-                              stats.logp, grad_logp)
+                logprob_grad_(logits, grad_logits, targets[sl], vocab_start, temperature, stats, grad_logp)
                 head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         check_targets_owned(owned, inputs.mask, ids_bad)
         ctx.save_for_backward(grad_hidden, grad_weight)

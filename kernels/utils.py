@@ -84,10 +84,10 @@ def gather_token_stats(stats: torch.Tensor, group) -> torch.Tensor:
     world = tp_size(group)
     if world == 1:
         return stats.unsqueeze(0)
-    out = stats.new_empty((world, *stats.shape))
+    out = stats.new_empty((world * stats.shape[0], *stats.shape[1:]))
     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     gather(out, stats.contiguous(), group=group)
-    return out
+    return out.view(world, *stats.shape)
 
 
 def merge_max_sumexp(m: torch.Tensor, sum_exp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

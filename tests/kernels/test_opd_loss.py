@@ -1,0 +1,144 @@
+"""fused_opd_loss against the float64 clipped OPD loss over materialised logits (and the core's loss)."""
+
+import pytest
+import torch
+from dnmopd.kernels import fused_linear_logprob, fused_opd_loss
+from kernel_reference import DEVICE, leaf64, logprob_entropy, opd_loss, random_head, rel_err
+
+
+def _batch(n, v, num_local, seed):
+    gen = torch.Generator().manual_seed(seed)
+    put = lambda t: t.to(DEVICE)  # noqa: E731
+    return dict(
+        targets=put(torch.randint(0, v, (n,), generator=gen)),
+        response_ids=put(torch.randint(0, num_local, (n,), generator=gen)),
+        response_weights=put(torch.rand(num_local, generator=gen) * 3.75 + 0.25),
+        teacher_logp=put(-torch.rand(n, generator=gen) * 6),
+        mask=put(torch.rand(n, generator=gen) > 0.25),
+    )
+
+
+def _check(hidden, weight, batch, *, tol=1e-5, **kwargs):
+    out = fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"],
+                         teacher_logp=kwargs.pop("teacher_logp", batch["teacher_logp"]), mask=batch["mask"],
+                         **kwargs)
+    out.loss.backward()
+    h64, w64 = leaf64(hidden), leaf64(weight)
+    logp, _ = logprob_entropy(h64, w64, batch["targets"], kwargs.get("temperature", 1.0))
+    ref_kwargs = {k: kwargs[k] for k in ("old_logp", "advantages", "num_responses", "eps_low", "eps_high",
+                                          "dual_clip") if k in kwargs}
+    teacher = None if "advantages" in kwargs else batch["teacher_logp"]
+    ref = opd_loss(logp, batch["response_ids"], batch["response_weights"], batch["mask"], teacher_logp=teacher,
+                   **ref_kwargs)
+    ref.backward()
+    assert abs(out.loss.item() - ref.item()) <= tol * max(1.0, abs(ref.item()))
+    assert rel_err(out.logp[batch["mask"]], logp[batch["mask"]]) < tol
+    assert rel_err(hidden.grad, h64.grad) < tol
+    assert rel_err(weight.grad, w64.grad) < tol
+    # every row of dL/dlogits sums to zero, hence so do the weight gradient's rows summed over the vocab
+    assert weight.grad.double().sum(0).abs().max() <= 1e-5 * weight.grad.double().abs().sum(0).max()
+    return out
+
+
+@pytest.mark.parametrize("n,d,v,chunk,temperature", [(1, 8, 37, None, 1.0), (23, 16, 4200, 6, 0.8)])
+def test_on_policy_ratio_one_matches_float64(n, d, v, chunk, temperature):
+    hidden, weight = random_head(n, d, v, seed=v)
+    batch = _batch(n, v, 4, seed=n)
+    if n == 1:
+        batch["mask"][:] = True
+    _check(hidden, weight, batch, chunk_size=chunk, temperature=temperature, num_responses=7)
+
+
+def test_clipping_and_dual_clip_with_old_logp():
+    hidden, weight = random_head(40, 16, 900, seed=11)
+    batch = _batch(40, 900, 5, seed=12)
+    with torch.no_grad():
+        logp = fused_linear_logprob(hidden, weight, batch["targets"])
+    gen = torch.Generator().manual_seed(13)
+    old = logp + (torch.randn(40, generator=gen) * 0.4).to(DEVICE)  # ratios on both sides of the clip range
+    _check(hidden, weight, batch, old_logp=old, eps_low=0.2, eps_high=0.28, chunk_size=16)
+    hidden.grad = weight.grad = None
+    _check(hidden, weight, batch, old_logp=old, dual_clip=1.5, chunk_size=16)
+
+
+def test_advantages_instead_of_teacher_and_nan_padding():
+    hidden, weight = random_head(30, 16, 500, seed=14)
+    batch = _batch(30, 500, 3, seed=15)
+    gen = torch.Generator().manual_seed(16)
+    advantages = torch.randn(30, generator=gen).to(DEVICE)
+    advantages[~batch["mask"]] = float("nan")
+    batch["targets"][~batch["mask"]] = -100  # masked tokens may carry any target
+    batch["response_ids"][~batch["mask"]] = -1
+    _check(hidden, weight, batch, teacher_logp=None, advantages=advantages, chunk_size=7)
+
+
+def test_empty_response_counts_in_the_mean():
+    hidden, weight = random_head(12, 8, 300, seed=17)
+    batch = _batch(12, 300, 3, seed=18)
+    batch["mask"][batch["response_ids"] == 1] = False  # response 1 has no valid token
+    batch["teacher_logp"][~batch["mask"]] = float("inf")
+    out = _check(hidden, weight, batch)
+    assert torch.isfinite(out.loss)
+
+
+def test_same_kernel_old_logp_gives_ratio_exactly_one_and_scaled_upstream_gradient():
+    hidden, weight = random_head(20, 16, 640, seed=19)
+    batch = _batch(20, 640, 4, seed=20)
+    args = (batch["targets"], batch["response_ids"], batch["response_weights"])
+    with torch.no_grad():
+        old = fused_linear_logprob(hidden, weight, batch["targets"], chunk_size=8)
+    with_old = fused_opd_loss(hidden, weight, *args, teacher_logp=batch["teacher_logp"], mask=batch["mask"],
+                              old_logp=old, chunk_size=8)
+    (3.0 * with_old.loss).backward()
+    grads = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+    without = fused_opd_loss(hidden, weight, *args, teacher_logp=batch["teacher_logp"], mask=batch["mask"],
+                             chunk_size=8)
+    without.loss.backward()
+    assert torch.equal(with_old.logp, old)
+    assert with_old.loss.item() == without.loss.item()
+    torch.testing.assert_close(grads[0], 3.0 * hidden.grad)
+    torch.testing.assert_close(grads[1], 3.0 * weight.grad)
+
+
+def test_no_grad_and_invalid_inputs():
+    hidden, weight = random_head(6, 8, 100, seed=21)
+    batch = _batch(6, 100, 2, seed=22)
+    args = (hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"])
+    with torch.no_grad():
+        out = fused_opd_loss(*args, teacher_logp=batch["teacher_logp"])
+    assert out.loss.grad_fn is None
+    with pytest.raises(ValueError, match="exactly one of"):
+        fused_opd_loss(*args)
+    with pytest.raises(ValueError, match="eps_low"):
+        fused_opd_loss(*args, teacher_logp=batch["teacher_logp"], eps_low=1.0)
+    with pytest.raises(ValueError, match="dual_clip"):
+        fused_opd_loss(*args, teacher_logp=batch["teacher_logp"], dual_clip=0.5)
+    bad_ids = batch["response_ids"].clone()
+    bad_ids[0] = 2
+    with pytest.raises(ValueError, match="response"):
+        fused_opd_loss(hidden, weight, batch["targets"], bad_ids, batch["response_weights"],
+                       teacher_logp=batch["teacher_logp"])
+
+
+def test_matches_core_clipped_opd_loss_batched():
+    losses = pytest.importorskip("dnmopd.core.losses")
+    b, t, v = 4, 6, 700
+    hidden, weight = random_head(b * t, 16, v, seed=23)
+    batch = _batch(b * t, v, b, seed=24)
+    batch["response_ids"] = torch.arange(b * t, device=DEVICE) // t
+    gen = torch.Generator().manual_seed(25)
+    with torch.no_grad():
+        old = fused_linear_logprob(hidden, weight, batch["targets"])
+    old = old + torch.randn(b * t, generator=gen).to(DEVICE) * 0.3
+    out = fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"],
+                         teacher_logp=batch["teacher_logp"], mask=batch["mask"], old_logp=old, num_responses=9)
+    out.loss.backward()
+    h64, w64 = leaf64(hidden), leaf64(weight)
+    logp, _ = logprob_entropy(h64, w64, batch["targets"])
+    advantages = batch["response_weights"].double()[:, None] * (batch["teacher_logp"] - old).double().view(b, t)
+    ref = losses.clipped_opd_loss_batched(logp.view(b, t), old.double().view(b, t), advantages,
+                                          batch["mask"].view(b, t), num_responses=9)
+    ref.backward()
+    assert abs(out.loss.item() - ref.item()) < 1e-5 * max(1.0, abs(ref.item()))
+    assert rel_err(hidden.grad, h64.grad) < 1e-5 and rel_err(weight.grad, w64.grad) < 1e-5
