@@ -1,7 +1,7 @@
 """An HTTP server that answers with the exchanges recorded from real SGLang / vLLM servers.
 
-Run as a process: `python replay_server.py --fixtures DIR [--behavior B]`; it binds 127.0.0.1 on a free
-port and prints `PORT <n>` once it listens. A request is answered with the recorded response whose
+Run as a process: `python replay_server.py --fixtures DIR [--behavior B] [--port P]`; it binds 127.0.0.1
+(on a free port unless given) and prints `PORT <n>` once it listens. A request is answered with the recorded response whose
 request body is equal (vLLM's optional "model" key ignored; the earliest recording wins); items of
 recorded batch exchanges are also indexed as single requests. Anything unrecorded gets 404, so a
 client that sends a body different from what the real server was sent fails the test.
@@ -100,10 +100,10 @@ def make_app(table, behavior: str) -> web.Application:
     return app
 
 
-async def serve(fixtures: Path, behavior: str) -> None:
+async def serve(fixtures: Path, behavior: str, port: int) -> None:
     runner = web.AppRunner(make_app(load_recordings(fixtures), behavior))
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     print(f"PORT {port}", flush=True)
@@ -114,9 +114,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fixtures", type=Path, required=True)
     parser.add_argument("--behavior", default="ok")
-    args = parser.parse_args()
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    args, _ = parser.parse_known_args()  # ignores server options when standing in for a real server
     try:
-        asyncio.run(serve(args.fixtures, args.behavior))
+        asyncio.run(serve(args.fixtures, args.behavior, args.port))
     except KeyboardInterrupt:
         sys.exit(0)
 
