@@ -86,7 +86,8 @@ class HttpRolloutEngine(RolloutEngine):
                         await self._load(replica, folder)
                         served = await self._probe_logprobs(replica, probe)
                     except ServingError as error:
-                        raise WeightUpdateError(f"rollout server {replica.url}: weight update failed: {error}") from error
+                        message = f"rollout server {replica.url}: weight update failed: {error}"
+                        raise WeightUpdateError(message) from error
                     try:
                         probe.verify(served, source=f"rollout server {replica.url}")
                     except WeightUpdateError as error:

@@ -154,7 +154,9 @@ class InProcessRollout(RolloutEngine):
                 raise KeyError(f"update_weights: {name!r} is not a parameter of the rollout model")
             target = parameters[name]
             if tuple(tensor.shape) != tuple(target.shape):
-                raise ValueError(f"update_weights: {name} has shape {tuple(tensor.shape)}, model has {tuple(target.shape)}")
+                raise ValueError(
+                    f"update_weights: {name} has shape {tuple(tensor.shape)}, model has {tuple(target.shape)}"
+                )
             target.copy_(tensor.to(device=target.device, dtype=target.dtype))
             updated.add(id(target))
         missing = [n for n, p in self.model.named_parameters() if id(p) not in updated]

@@ -85,7 +85,8 @@ class SGLangRollout(HttpRolloutEngine):
         return sglang_api.generate_body(request.prompt_ids, sampling, top_logprobs_num=self._top_k_conversion(params))
 
     def _parse_generation(self, payload: Any, params: SamplingParams):
-        ids, reported, finish, top = sglang_api.parse_generation(payload, top_logprobs_num=self._top_k_conversion(params))
+        top_k = self._top_k_conversion(params)
+        ids, reported, finish, top = sglang_api.parse_generation(payload, top_logprobs_num=top_k)
         return ids, sampled_logprobs(reported, top[1] if top is not None else None), finish
 
     async def _load(self, replica: Replica, folder: Path) -> None:

@@ -74,7 +74,8 @@ class VLLMRollout(HttpRolloutEngine):
         def __post_init__(self):
             if self.server_logprobs_mode not in LOGPROBS_MODES:
                 raise ValueError(
-                    f"VLLMRollout.Config.server_logprobs_mode={self.server_logprobs_mode!r}: use one of {LOGPROBS_MODES}"
+                    f"VLLMRollout.Config.server_logprobs_mode={self.server_logprobs_mode!r}: "
+                    f"use one of {LOGPROBS_MODES}"
                 )
             if self.max_model_len < 2:
                 raise ValueError(f"VLLMRollout.Config.max_model_len={self.max_model_len}: must be >= 2")

@@ -1,10 +1,10 @@
 """An HTTP server that answers with the exchanges recorded from real SGLang / vLLM servers.
 
-Run as a process: `python replay_server.py --fixtures DIR [--behavior B] [--port P]`; it binds 127.0.0.1
-(on a free port unless given) and prints `PORT <n>` once it listens. A request is answered with the recorded response whose
-request body is equal (vLLM's optional "model" key ignored; the earliest recording wins); items of
-recorded batch exchanges are also indexed as single requests. Anything unrecorded gets 404, so a
-client that sends a body different from what the real server was sent fails the test.
+Run as a process: `python replay_server.py --fixtures DIR [--behavior B] [--port P]`; it binds
+127.0.0.1 (on a free port unless given) and prints `PORT <n>` once it listens. A request is answered with
+the recorded response whose request body is equal (vLLM's optional "model" key ignored; the earliest
+recording wins); items of recorded batch exchanges are also indexed as single requests. Anything
+unrecorded gets 404, so a client that sends a body different from what the real server was sent fails.
 
 Behaviors (scoring/generation routes only; health and info routes always answer):
   ok            answer from the recordings
