@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from tqdm import tqdm
+
 from dnmopd.data.manifest import Manifest, ManifestFile, file_problem
 
 logger = logging.getLogger(__name__)
@@ -81,9 +83,13 @@ class _HttpsBackend:
                 part.unlink()
                 return self.fetch(path, staging)
             raise DownloadError(f"{path}: HTTP {exc.code} from {request.full_url}") from None
-        with response, open(part, "ab" if response.status == 206 else "wb") as out:
+        resumed = response.status == 206
+        total = int(response.headers.get("Content-Length", 0)) + (offset if resumed else 0)
+        with response, open(part, "ab" if resumed else "wb") as out, tqdm(
+                total=total or None, initial=offset if resumed else 0, unit="B", unit_scale=True, desc=path) as bar:
             while chunk := response.read(self.chunk_bytes):
                 out.write(chunk)
+                bar.update(len(chunk))
         os.replace(part, target)
         return target
 

@@ -130,3 +130,14 @@ def test_every_code_task_has_a_reference_solution_that_passes_its_tests():
                 assert [got] == expected, (name, case)
             else:
                 assert got.strip() == expected.strip(), (name, case, got)
+
+
+def test_the_installed_package_ships_the_samples():
+    if '"dnmopd/data/samples" = "data/samples"' not in (ROOT / "pyproject.toml").read_text():
+        pytest.skip("pyproject.toml does not map dnmopd/data/samples yet (integration step in data/README.md)")
+    from dnmopd.data.sample_data import sample_dir, sample_file
+
+    rel = "student/train_3domain.jsonl"
+    assert sample_file(rel).read_bytes() == (SAMPLES / rel).read_bytes()
+    installed = {p.relative_to(sample_dir()): p.read_bytes() for p in sample_dir().rglob("*.json*")}
+    assert installed == {p.relative_to(SAMPLES): p.read_bytes() for p in SAMPLES.rglob("*.json*")}
