@@ -1,0 +1,122 @@
+/* Filling the run result and writing it out as JSON. */
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include "modes.h"
+#include "report.h"
+
+void record_exit(struct run_result *r, int status, int flags)
+{
+    r->finished = true;
+    if (WIFSIGNALED(status))
+        r->term_signal = WTERMSIG(status);
+    else
+        r->exit_code = WEXITSTATUS(status);
+    if (r->limit == LIMIT_NONE && (flags & FLAG_CPU_LIMIT))
+        r->limit = LIMIT_CPU;
+    else if (r->limit == LIMIT_NONE && (flags & FLAG_FILE_SIZE_LIMIT))
+        r->limit = LIMIT_FILE_SIZE;
+}
+
+void account_children(struct run_result *r)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_CHILDREN, &ru))
+        return;
+    r->cpu_time_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+    r->peak_memory_bytes = (long long)ru.ru_maxrss * 1024; /* the largest single process */
+}
+
+/* JSON string; invalid UTF-8 becomes U+FFFD so that the report is always valid JSON. */
+static void put_string(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; p < (const unsigned char *)s + n;) {
+        unsigned char c = *p;
+        size_t left = (size_t)((const unsigned char *)s + n - p), len = 0;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c), len = 1;
+        else if (c == '\n')
+            fputs("\\n", f), len = 1;
+        else if (c == '\t')
+            fputs("\\t", f), len = 1;
+        else if (c == '\r')
+            fputs("\\r", f), len = 1;
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\u%04x", c), len = 1;
+        else if (c < 0x80)
+            fputc(c, f), len = 1;
+        else {
+            size_t want = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+            uint32_t cp = want == 2 ? c & 0x1f : want == 3 ? c & 0x0f : c & 0x07;
+            size_t k = 1;
+            for (; want && k < want && k < left && (p[k] & 0xc0) == 0x80; k++)
+                cp = (cp << 6) | (p[k] & 0x3f);
+            bool valid = want && k == want && !(want == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) &&
+                         !(want == 4 && (cp < 0x10000 || cp > 0x10ffff));
+            if (valid)
+                fwrite(p, 1, want, f), len = want;
+            else
+                fputs("\\ufffd", f), len = 1;
+        }
+        p += len;
+    }
+    fputc('"', f);
+}
+
+void put_json_text(FILE *f, const char *value)
+{
+    if (value)
+        put_string(f, value, strlen(value));
+    else
+        fputs("null", f);
+}
+
+static void put_text(FILE *f, const char *key, const char *value)
+{
+    fprintf(f, "\"%s\":", key);
+    put_json_text(f, value);
+}
+
+static void put_capture(FILE *f, const char *key, const struct capture *c, unsigned long long limit)
+{
+    fprintf(f, "\"%s\":", key);
+    put_string(f, c->data ? c->data : "", c->kept);
+    fprintf(f, ",\"%s_bytes\":%llu,\"%s_truncated\":%s", key, c->total, key, c->total > limit ? "true" : "false");
+}
+
+void print_report(FILE *f, const struct run_result *r, const struct options *o)
+{
+    fprintf(f, "{\"version\":%d,", REPORT_VERSION);
+    put_text(f, "isolation", isolation_name(r->isolation));
+    fputc(',', f);
+    put_text(f, "fallback_reason", r->fallback_reason[0] ? r->fallback_reason : NULL);
+    fprintf(f, ",\"proc_mounted\":%s,", r->proc_mounted ? "true" : "false");
+    if (r->finished && !r->term_signal)
+        fprintf(f, "\"exit_code\":%d,\"signal\":null,\"signal_name\":null,", r->exit_code);
+    else {
+        fprintf(f, "\"exit_code\":null,\"signal\":%d,", r->term_signal);
+        put_text(f, "signal_name", signal_name(r->term_signal));
+        fputc(',', f);
+    }
+    put_text(f, "limit", limit_name(r->limit));
+    fprintf(f, ",\"cpu_time_s\":%.6f,\"wall_time_s\":%.6f,\"peak_memory_bytes\":%lld,", r->cpu_time_s,
+            r->wall_time_s, r->peak_memory_bytes);
+    put_capture(f, "stdout", &r->out, o->output_bytes);
+    fputc(',', f);
+    put_capture(f, "stderr", &r->err, o->output_bytes);
+    fputs("}\n", f);
+}
+
+void print_error(FILE *f, const char *message)
+{
+    fprintf(f, "{\"version\":%d,", REPORT_VERSION);
+    put_text(f, "error", message);
+    fputs("}\n", f);
+}

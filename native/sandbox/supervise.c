@@ -1,0 +1,125 @@
+#include "supervise.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+int make_pipe(int fds[2], struct error *err)
+{
+    return pipe2(fds, O_CLOEXEC) ? fail_errno(err, "pipe") : 0;
+}
+
+/* Returns true when the stream is now over the limit. */
+static bool capture_chunk(struct capture *c, const char *buf, size_t n, unsigned long long limit)
+{
+    c->total += n;
+    if (c->kept < limit) {
+        size_t take = (size_t)(limit - c->kept) < n ? (size_t)(limit - c->kept) : n;
+        char *grown = realloc(c->data, c->kept + take + 1);
+        if (grown) {
+            memcpy(grown + c->kept, buf, take);
+            c->kept += take;
+            grown[c->kept] = '\0';
+            c->data = grown;
+        }
+    }
+    return c->total > limit;
+}
+
+/* Reads what is available; returns true when the limit was exceeded. */
+static bool pump(int *fd, struct capture *c, unsigned long long limit)
+{
+    char buf[65536];
+    ssize_t n = read(*fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return false;
+    if (n <= 0) {
+        close(*fd);
+        *fd = -1;
+        c->eof = true;
+        return false;
+    }
+    return capture_chunk(c, buf, (size_t)n, limit);
+}
+
+static int read_message(int fd, struct message *m)
+{
+    size_t got = 0;
+    while (got < sizeof *m) {
+        ssize_t n = read(fd, (char *)m + got, sizeof *m - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return got == 0 ? 0 : -1;
+        got += (size_t)n;
+    }
+    return 1;
+}
+
+static int timeout_ms(double deadline)
+{
+    double left = deadline - monotonic_seconds();
+    return left <= 0 ? 0 : (int)ceil(left * 1000.0);
+}
+
+enum event next_event(struct supervisor *s, struct message *m)
+{
+    for (;;) {
+        struct pollfd fds[4] = {
+            {.fd = s->out_fd, .events = POLLIN}, {.fd = s->err_fd, .events = POLLIN},
+            {.fd = s->ctl_fd, .events = POLLIN}, {.fd = s->child_fd, .events = POLLIN},
+        };
+        if (monotonic_seconds() >= s->deadline)
+            return EVENT_WALL;
+        int n = poll(fds, 4, timeout_ms(s->deadline));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return EVENT_ERROR;
+        if (fds[0].revents && pump(&s->out_fd, s->out, s->output_limit))
+            return EVENT_OUTPUT;
+        if (fds[1].revents && pump(&s->err_fd, s->err, s->output_limit))
+            return EVENT_OUTPUT;
+        if (fds[2].revents) {
+            int rc = read_message(s->ctl_fd, m);
+            if (rc > 0)
+                return EVENT_MESSAGE;
+            close(s->ctl_fd);
+            s->ctl_fd = -1;
+            return EVENT_CTL_CLOSED;
+        }
+        if (fds[3].revents) {
+            struct signalfd_siginfo info;
+            (void)!read(s->child_fd, &info, sizeof info);
+            return EVENT_CHILD;
+        }
+    }
+}
+
+void drain_output(struct supervisor *s, double timeout_s)
+{
+    double until = monotonic_seconds() + timeout_s;
+    while (s->out_fd >= 0 || s->err_fd >= 0) {
+        struct pollfd fds[2] = {{.fd = s->out_fd, .events = POLLIN}, {.fd = s->err_fd, .events = POLLIN}};
+        int n = poll(fds, 2, timeout_ms(until));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        /* Past the limit the data is counted but not kept; the run is over either way. */
+        if (fds[0].revents)
+            pump(&s->out_fd, s->out, s->output_limit);
+        if (fds[1].revents)
+            pump(&s->err_fd, s->err, s->output_limit);
+    }
+    if (s->out_fd >= 0)
+        close(s->out_fd);
+    if (s->err_fd >= 0)
+        close(s->err_fd);
+    s->out_fd = s->err_fd = -1;
+}
