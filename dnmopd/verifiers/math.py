@@ -17,6 +17,7 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import queue
+import resource
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -59,8 +60,11 @@ def grade(response: str, label: str) -> bool:
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
 
 
-def _worker_main(conn: multiprocessing.connection.Connection) -> None:
+def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int) -> None:
     """Worker process: import math-verify once, then answer ``(response, label)`` requests until None."""
+    if memory_limit_mb:
+        limit = memory_limit_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # a runaway bignum raises MemoryError here
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     import math_verify  # noqa: F401  (warm the import before announcing readiness)
 
@@ -81,9 +85,10 @@ class _WorkerFailure(Exception):
 class _Worker:
     """One grader process and the parent's end of its pipe."""
 
-    def __init__(self, context: multiprocessing.context.BaseContext) -> None:
+    def __init__(self, context: multiprocessing.context.BaseContext, memory_limit_mb: int) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child,), daemon=True, name="dnmopd-math-grader")
+        self.process = context.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
+                                       name="dnmopd-math-grader")
         self.process.start()
         child.close()
         self.ready = False
@@ -131,8 +136,12 @@ class MathVerifier:
         """Wall-clock bound per answer; past it the worker is killed and the verdict is None."""
         startup_timeout_s: float = 180.0
         """Bound on a worker's start-up (importing math-verify and sympy)."""
+        memory_limit_mb: int = 4096
+        """Address-space limit of each worker (0: none); an answer that exceeds it gets verdict None."""
 
         def __post_init__(self) -> None:
+            if self.memory_limit_mb < 0:
+                raise ValueError(f"MathVerifier.Config.memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
             if self.workers < 1:
                 raise ValueError(f"MathVerifier.Config.workers must be >= 1, got {self.workers}")
             for name in ("timeout_s", "startup_timeout_s"):
@@ -162,8 +171,11 @@ class MathVerifier:
             except queue.Empty:
                 if self._started < self.config.workers:
                     self._started += 1
-                    return _Worker(self._context)
+                    return self._new_worker()
         return self._idle.get()
+
+    def _new_worker(self) -> _Worker:
+        return _Worker(self._context, self.config.memory_limit_mb)
 
     def verify(self, response: str, label: str) -> bool | None:
         """Verdict for one answer: True / False, or None when the grader timed out or failed."""
@@ -175,7 +187,7 @@ class MathVerifier:
             self.failures[exc.kind] += 1
             logger.warning("math grader %s: %s; replacing the worker, verdict None", exc.kind, exc)
             worker.stop(kill=True)
-            self._idle.put(_Worker(self._context))
+            self._idle.put(self._new_worker())
             return None
         self._idle.put(worker)
         if status == "error":

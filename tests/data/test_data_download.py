@@ -173,3 +173,14 @@ def test_cli_validates_the_sample_files():
     result = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("OK") == 4
+
+
+@pytest.mark.skipif(os.environ.get("DNMOPD_LIVE_DOWNLOAD") != "1", reason="set DNMOPD_LIVE_DOWNLOAD=1 to use the Hub")
+def test_live_download_of_the_smallest_release_file(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    manifest = Manifest.load(ROOT / "data" / "MANIFEST.json")
+    dl = Downloader(Downloader.Config(data_dir=str(tmp_path)), manifest)
+    assert dl.download(manifest.select(["teacher/if_train.jsonl"])) == {
+        "teacher/if_train.jsonl": "downloaded and verified"}
