@@ -33,5 +33,7 @@ class ServerUnavailable(ServingError):
         self.attempts = attempts
 
 
-class ResponseFormatError(ServingError):
-    """The server answered 200 with a body that does not have the agreed shape."""
+class ResponseFormatError(TransientServerError):
+    """The server answered 200 with a body that does not have the agreed shape (or scored other ids).
+
+    Retried like a transient failure: another replica may answer correctly."""

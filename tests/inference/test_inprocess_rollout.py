@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_checkpoints import EOS_ID, perturbed_state
+from tiny_checkpoints import perturbed_state
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -82,10 +82,12 @@ def test_seeded_samples_do_not_depend_on_the_batch(engine):
 def test_stop_ids_end_the_response_and_stay_in_it(engine):
     stop_ids = tuple(range(3, 700))  # most of the vocabulary: every response stops within a few tokens
     params = SamplingParams(max_new_tokens=16, stop_token_ids=stop_ids, seed=3)
+    enders = set(stop_ids) | set(engine.eos_ids)
+    assert engine.eos_ids  # read from the checkpoint's generation config
     for rollout in engine.generate_batch(requests(), params):
         assert rollout.finish_reason == "stop"
-        assert rollout.response_ids[-1] in stop_ids + (EOS_ID,)
-        assert not set(rollout.response_ids[:-1]) & set(stop_ids + (EOS_ID,))
+        assert rollout.response_ids[-1] in enders
+        assert not set(rollout.response_ids[:-1]) & enders
     for rollout in engine.generate_batch(requests(), SamplingParams(max_new_tokens=5, seed=3)):
         if rollout.finish_reason == "length":
             assert len(rollout.response_ids) == 5
