@@ -43,7 +43,7 @@ def _domain_stats_kernel(
         total += tl.sum(x, 0)
         total_sq += tl.sum(x * x, 0)
     out = row_stats_ptr + row * 4
-    tl.store(out + 0, tl.full((), 1.0, tl.float64))
+    tl.store(out + 0, 1.0)
     tl.store(out + 1, count.to(tl.float64))
     tl.store(out + 2, total)
     tl.store(out + 3, total_sq)

@@ -137,9 +137,9 @@ class LogprobStats(NamedTuple):
         return LogprobStats(*(None if t is None else t[sl] for t in self))
 
 
-def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
-                  with_entropy: bool, tp_group) -> LogprobStats:
-    """Stats of one logits chunk ``[C, V_local]``, merged over the TP group (one all-gather)."""
+def logprob_partials(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
+                     with_entropy: bool, tp_group) -> torch.Tensor:
+    """Per-rank packed stats of one logits chunk ``[C, V_local]``, all-gathered to ``[world, C, k]``."""
     rows, n_cols = logits.shape
     num_stats = 5 if with_entropy else 4
     packed = torch.empty((rows, num_stats), dtype=torch.float32, device=logits.device)
@@ -148,7 +148,13 @@ def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
         logits, logits.stride(0), targets, packed, n_cols, vocab_start, 1.0 / temperature,
         NUM_STATS=num_stats, WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
     )
-    gathered = gather_token_stats(packed, tp_group)
+    return gather_token_stats(packed, tp_group)
+
+
+def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
+                  with_entropy: bool, tp_group) -> LogprobStats:
+    """Stats of one logits chunk ``[C, V_local]``, merged over the TP group (one all-gather)."""
+    gathered = logprob_partials(logits, targets, vocab_start, temperature, with_entropy, tp_group)
     m, sum_exp, scale = merge_max_sumexp(gathered[..., STAT_MAX], gathered[..., STAT_SUM])
     log_sum = torch.log(sum_exp)
     lse = m + log_sum
@@ -164,29 +170,37 @@ def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
     return LogprobStats(lse, logp, owned, entropy, m + mean_shift, (target - m) - mean_shift)
 
 
+def launch_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor,
+                        vocab_start: int, inv_temp: float, lse: torch.Tensor, g: torch.Tensor,
+                        target_grad: torch.Tensor, g_ent: torch.Tensor | None = None,
+                        mu: torch.Tensor | None = None) -> None:
+    """dL/dlogits = -g p - g_ent p (s - mu), with ``target_grad`` at the target; g, g_ent already / tau."""
+    rows, n_cols = logits.shape
+    with_entropy = g_ent is not None
+    block, warps = vocab_block(n_cols)
+    _logprob_grad_kernel[(rows,)](
+        logits, logits.stride(0), grad_logits, grad_logits.stride(0), targets, lse, g, target_grad,
+        g_ent if with_entropy else g, mu if with_entropy else lse, n_cols, vocab_start, inv_temp,
+        WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
+    )
+
+
 def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
                   temperature: float, stats: LogprobStats, grad_logp: torch.Tensor,
                   grad_entropy: torch.Tensor | None = None) -> None:
-    """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``logits``)."""
-    rows, n_cols = logits.shape
+    """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``logits``) from upstream gradients."""
     inv_temp = 1.0 / temperature
     g = (grad_logp.to(torch.float32) * inv_temp).contiguous()
     target_grad = -g * torch.expm1(stats.logp)
-    with_entropy = grad_entropy is not None
-    if with_entropy:
+    active = g != 0
+    g_ent = None
+    if grad_entropy is not None:
         g_ent = (grad_entropy.to(torch.float32) * inv_temp).contiguous()
         target_grad = target_grad - g_ent * torch.exp(stats.logp) * stats.target_centered
-        active = (g != 0) | (g_ent != 0)
-        mu = stats.mu
-    else:
-        g_ent, mu, active = g, stats.lse, g != 0
+        active |= g_ent != 0
     target_grad = torch.where(active, target_grad, 0.0)
-    block, warps = vocab_block(n_cols)
-    _logprob_grad_kernel[(rows,)](
-        logits, logits.stride(0), grad_logits, grad_logits.stride(0), targets, stats.lse, g, target_grad,
-        g_ent, mu, n_cols, vocab_start, inv_temp,
-        WITH_ENTROPY=with_entropy, BLOCK_V=block, num_warps=warps,
-    )
+    launch_logprob_grad(logits, grad_logits, targets, vocab_start, inv_temp, stats.lse, g, target_grad, g_ent,
+                        stats.mu)
 
 
 class ChunkedHead:

@@ -31,9 +31,73 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+import triton
+import triton.language as tl
 
-from .linear_logprob import ChunkedHead, check_targets_owned, logprob_grad_, logprob_stats
+from .linear_logprob import NEG_LARGE, ChunkedHead, check_targets_owned, launch_logprob_grad, logprob_partials
 from .utils import check_lm_head_inputs, response_token_weights, scale_saved_grads
+
+TOKEN_BLOCK = 1024
+
+
+@triton.jit
+def _expm1(x):
+    """exp(x) - 1 without cancellation near 0: a Taylor series below |x| = 0.1 (error < 1e-10 relative)."""
+    series = x * (1.0 + x * (0.5 + x * (1.0 / 6.0 + x * (1.0 / 24.0 + x * (1.0 / 120.0 + x / 720.0)))))
+    return tl.where(tl.abs(x) < 0.1, series, tl.exp(x) - 1.0)
+
+
+@triton.jit
+def _opd_token_kernel(
+    partials_ptr, world, n_tokens, old_ptr, base_ptr, weight_ptr, coef_ptr, mask_ptr,
+    lse_ptr, logp_ptr, owned_ptr, g_ptr, target_grad_ptr, pg_ptr,
+    inv_temp, eps_low, eps_high, dual_clip,
+    HAS_OLD: tl.constexpr, FROM_TEACHER: tl.constexpr, DUAL_CLIP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    """Merge the ranks' (max, sum-exp, target, owned) and evaluate the loss and dL/dlogp per token."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    live = offs < n_tokens
+    m = tl.full([BLOCK], NEG_LARGE, tl.float32)
+    for r in range(world):
+        m = tl.maximum(m, tl.load(partials_ptr + (r * n_tokens + offs) * 4, mask=live, other=NEG_LARGE))
+    sum_exp = tl.zeros([BLOCK], tl.float32)
+    target = tl.zeros([BLOCK], tl.float32)
+    owned = tl.zeros([BLOCK], tl.float32)
+    for r in range(world):
+        rank = partials_ptr + (r * n_tokens + offs) * 4
+        rank_max = tl.load(rank, mask=live, other=NEG_LARGE)
+        sum_exp += tl.load(rank + 1, mask=live, other=0.0) * tl.exp(rank_max - m)
+        target += tl.load(rank + 2, mask=live, other=0.0)
+        owned += tl.load(rank + 3, mask=live, other=0.0)
+    lse = m + tl.log(tl.where(live, sum_exp, 1.0))
+    logp = tl.minimum(target - lse, 0.0)
+    valid = tl.load(mask_ptr + offs, mask=live, other=0) != 0
+    if HAS_OLD:
+        old = tl.load(old_ptr + offs, mask=live, other=0.0)
+    else:
+        old = logp
+    raw = tl.load(base_ptr + offs, mask=live, other=0.0)
+    if FROM_TEACHER:
+        raw = raw - old
+    advantage = tl.where(valid, tl.load(weight_ptr + offs, mask=live, other=0.0) * raw, 0.0)
+    ratio = tl.exp(tl.where(valid, logp - old, 0.0))
+    pg_unclipped = -ratio * advantage
+    pg_clipped = -tl.minimum(tl.maximum(ratio, 1.0 - eps_low), 1.0 + eps_high) * advantage
+    pg = tl.maximum(pg_unclipped, pg_clipped)
+    active = pg_unclipped >= pg_clipped
+    if DUAL_CLIP:
+        cap = -dual_clip * advantage
+        capped = (advantage < 0.0) & (cap < pg)
+        pg = tl.where(capped, cap, pg)
+        active = active & (~capped)
+    coef = tl.load(coef_ptr + offs, mask=live, other=0.0)
+    g = tl.where(active, coef * pg_unclipped, 0.0) * inv_temp
+    tl.store(lse_ptr + offs, lse, mask=live)
+    tl.store(logp_ptr + offs, logp, mask=live)
+    tl.store(owned_ptr + offs, owned, mask=live)
+    tl.store(g_ptr + offs, g, mask=live)
+    tl.store(target_grad_ptr + offs, tl.where(g != 0.0, -g * _expm1(logp), 0.0), mask=live)
+    tl.store(pg_ptr + offs, coef * pg, mask=live)
 
 
 class OPDLossOutput(NamedTuple):
@@ -42,41 +106,50 @@ class OPDLossOutput(NamedTuple):
 
 
 class OPDTokenInputs(NamedTuple):
-    """Per-token inputs of the loss, all [N] (detached)."""
+    """Per-token inputs of the loss, all [N] float32 (detached) except the bool mask."""
 
     coef: torch.Tensor  # response-mean coefficient, 0 for masked tokens
     mask: torch.Tensor
     weight: torch.Tensor  # w of the token's response
-    teacher_logp: torch.Tensor | None
-    advantages: torch.Tensor | None
+    base: torch.Tensor  # teacher_logp (advantage w * (teacher - old)) or the advantages (w * advantages)
+    from_teacher: bool
     old_logp: torch.Tensor | None
-
-    def advantage(self, old: torch.Tensor, sl: slice) -> torch.Tensor:
-        raw = self.advantages[sl] if self.advantages is not None else self.teacher_logp[sl] - old
-        return torch.where(self.mask[sl], self.weight[sl] * raw, 0.0)
+    clip: tuple[float, float, float | None]  # eps_low, eps_high, dual_clip
 
 
-def opd_token_terms(logp, old, advantage, coef, mask, eps_low, eps_high, dual_clip):
-    """Per-token weighted clipped loss ``coef * pg`` and its gradient w.r.t. logp (one chunk)."""
-    ratio = torch.exp(torch.where(mask, logp - old, 0.0))
-    pg_unclipped = -ratio * advantage
-    pg_clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage
-    pg = torch.maximum(pg_unclipped, pg_clipped)
-    active = pg_unclipped >= pg_clipped
-    if dual_clip is not None:
-        pg_dual = -dual_clip * advantage
-        dual = (advantage < 0) & (pg_dual < pg)
-        pg = torch.where(dual, pg_dual, pg)
-        active &= ~dual
-    grad_logp = torch.where(active, coef * pg_unclipped, 0.0)
-    return coef * pg, grad_logp
+class TokenBuffers:
+    """Per-chunk vectors the token kernel writes: lse, dL/dlogp / tau, target entry, weighted loss."""
+
+    def __init__(self, rows: int, device):
+        self.lse, self.g, self.target_grad, self.pg = (
+            torch.empty(rows, dtype=torch.float32, device=device) for _ in range(4)
+        )
+
+    def rows(self, n: int):
+        return self.lse[:n], self.g[:n], self.target_grad[:n], self.pg[:n]
+
+
+def opd_token_terms(partials, inputs: OPDTokenInputs, sl: slice, temperature: float, logp, owned, buffers):
+    """Launch the token kernel for one chunk; writes logp/owned rows and returns (lse, g, target_grad, pg)."""
+    world, rows = partials.shape[0], partials.shape[1]
+    lse, g, target_grad, pg = buffers.rows(rows)
+    eps_low, eps_high, dual_clip = inputs.clip
+    old = inputs.old_logp
+    _opd_token_kernel[(triton.cdiv(rows, TOKEN_BLOCK),)](
+        partials, world, rows, inputs.base if old is None else old[sl], inputs.base[sl], inputs.weight[sl],
+        inputs.coef[sl], inputs.mask[sl], lse, logp[sl], owned[sl], g, target_grad, pg,
+        1.0 / temperature, eps_low, eps_high, 0.0 if dual_clip is None else dual_clip,
+        HAS_OLD=old is not None, FROM_TEACHER=inputs.from_teacher, DUAL_CLIP=dual_clip is not None,
+        BLOCK=TOKEN_BLOCK, num_warps=4,
+    )
+    return lse, g, target_grad, pg
 
 
 class _FusedOPDLossFunction(torch.autograd.Function):
     """hidden [N, D], weight [V_local, D] -> (loss [], logp [N]); gradients computed in the forward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, inputs, clip, vocab_start, temperature, tp_group, chunk_size,
+    def forward(ctx, hidden, weight, targets, inputs, vocab_start, temperature, tp_group, chunk_size,
                 logits_dtype, grads, ids_bad):
         need_hidden, need_weight = grads
         head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
@@ -84,21 +157,19 @@ class _FusedOPDLossFunction(torch.autograd.Function):
         logp = hidden.new_empty(n, dtype=torch.float32)
         owned = hidden.new_empty(n, dtype=torch.float32)
         loss = hidden.new_zeros((), dtype=torch.float32)
+        buffers = TokenBuffers(min(head.rows, max(n, 1)), hidden.device)
         grad_hidden = torch.empty_like(hidden) if need_hidden else None
         grad_weight = (torch.zeros_like if n == 0 else torch.empty_like)(weight) if need_weight else None
         for start, end in head.chunks():
             sl = slice(start, end)
             logits = head.logits(start, end)
-            stats = logprob_stats(logits, targets[sl], vocab_start, temperature, False, tp_group)
-            logp[sl], owned[sl] = stats.logp, stats.owned
-            old = stats.logp if inputs.old_logp is None else inputs.old_logp[sl]
-            pg, grad_logp = opd_token_terms(
-                stats.logp, old, inputs.advantage(old, sl), inputs.coef[sl], inputs.mask[sl], *clip
-            )
+            partials = logprob_partials(logits, targets[sl], vocab_start, temperature, False, tp_group)
+            lse, g, target_grad, pg = opd_token_terms(partials, inputs, sl, temperature, logp, owned, buffers)
             loss += pg.sum()
             if need_hidden or need_weight:
                 grad_logits = head.grad_target(logits)
-                logprob_grad_(logits, grad_logits, targets[sl], vocab_start, temperature, stats, grad_logp)
+                launch_logprob_grad(logits, grad_logits, targets[sl], vocab_start, 1.0 / temperature, lse, g,
+                                    target_grad)
                 head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         check_targets_owned(owned, inputs.mask, ids_bad)
         ctx.save_for_backward(grad_hidden, grad_weight)
@@ -107,7 +178,7 @@ class _FusedOPDLossFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_logp):
-        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 10
+        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 9
 
 
 def fused_opd_loss(
@@ -168,16 +239,17 @@ def fused_opd_loss(
     check_lm_head_inputs(hidden, weight, per_token, temperature)
     mask = torch.ones_like(targets, dtype=torch.bool) if mask is None else mask.to(torch.bool)
     coef, ids, ids_bad = response_token_weights(response_ids, mask, response_weights.shape[0], num_responses)
-    as_f32 = lambda t: None if t is None else t.detach().to(torch.float32)  # noqa: E731
+    base = teacher_logp if advantages is None else advantages
     inputs = OPDTokenInputs(
-        coef, mask, response_weights.to(device=hidden.device, dtype=torch.float32)[ids],
-        as_f32(teacher_logp), as_f32(advantages), as_f32(old_logp),
+        coef, mask.contiguous(), response_weights.to(device=hidden.device, dtype=torch.float32)[ids],
+        base.detach().to(torch.float32).contiguous(), advantages is None,
+        None if old_logp is None else old_logp.detach().to(torch.float32).contiguous(),
+        (float(eps_low), float(eps_high), None if dual_clip is None else float(dual_clip)),
     )
     grad_enabled = torch.is_grad_enabled()
     grads = (grad_enabled and hidden.requires_grad, grad_enabled and weight.requires_grad)
     loss, logp = _FusedOPDLossFunction.apply(
-        hidden, weight, targets.contiguous(), inputs,
-        (float(eps_low), float(eps_high), None if dual_clip is None else float(dual_clip)),
-        int(vocab_start), float(temperature), tp_group, chunk_size, logits_dtype, grads, ids_bad,
+        hidden, weight, targets.contiguous(), inputs, int(vocab_start), float(temperature), tp_group,
+        chunk_size, logits_dtype, grads, ids_bad,
     )
     return OPDLossOutput(loss, logp)

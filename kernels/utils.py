@@ -46,12 +46,16 @@ def chunk_rows(n_rows: int, n_cols: int, bytes_per_elem: int, chunk_size: int | 
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``out = a @ b`` in out's dtype; bf16/fp16 operands with a float32 ``out`` use cuBLAS's fp32 output."""
+    """``out = a @ b`` in out's dtype; bf16/fp16 operands with a float32 ``out`` use cuBLAS's fp32 output
+    (``torch.mm(..., out_dtype=float32)``, torch >= 2.8) and otherwise an upcast fp32 product."""
     if out.dtype == a.dtype:
         return torch.mm(a, b, out=out)
-    if a.is_cuda and out.dtype == torch.float32:
+    if a.is_cuda and out.dtype == torch.float32 and _MM_HAS_OUT_DTYPE:
         return torch.mm(a, b, out_dtype=torch.float32, out=out)
-    return out.copy_(torch.mm(a.to(out.dtype), b.to(out.dtype)))
+    return torch.mm(a.to(out.dtype), b.to(out.dtype), out=out)
+
+
+_MM_HAS_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype_out")
 
 
 def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, hidden: torch.Tensor,

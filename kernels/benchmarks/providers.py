@@ -50,20 +50,24 @@ class StepInputs:
 
 def make_inputs(tokens: int, hidden: int, vocab: int, dtype: torch.dtype, device, seed: int = 0,
                 responses: int = 16) -> StepInputs:
-    """Random inputs with realistic logit magnitudes (std ~3 per logit, max ~15 over a 248K vocab)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    h = torch.randn(tokens, hidden, generator=gen)
-    w = torch.randn(vocab, hidden, generator=gen) * (3.0 / hidden**0.5)
-    targets = torch.randint(0, vocab, (tokens,), generator=gen)
+    """Random inputs with realistic logit magnitudes (std ~3 per logit, max ~15 over a 248K vocab).
+
+    Drawn on ``device`` directly (a 248K x 4096 head is 1G numbers).
+    """
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    randn = lambda *shape: torch.randn(*shape, generator=gen, device=device)  # noqa: E731
+    h = randn(tokens, hidden).to(dtype)
+    w = randn(vocab, hidden).mul_(3.0 / hidden**0.5).to(dtype)
     responses = max(1, min(responses, tokens))
-    response_ids = torch.arange(tokens) * responses // max(tokens, 1)
-    response_weights = torch.rand(responses, generator=gen) * 1.5 + 0.5
-    teacher_logp = -torch.rand(tokens, generator=gen) * 4.0
-    mask = torch.rand(tokens, generator=gen) > 0.1
-    put = lambda t: t.to(device)  # noqa: E731
     return StepInputs(
-        put(h).to(dtype).requires_grad_(), put(w).to(dtype).requires_grad_(), put(targets),
-        put(response_ids), put(response_weights), put(teacher_logp), put(mask),
+        hidden=h.requires_grad_(),
+        weight=w.requires_grad_(),
+        targets=torch.randint(0, vocab, (tokens,), generator=gen, device=device),
+        response_ids=torch.arange(tokens, device=device) * responses // max(tokens, 1),
+        response_weights=torch.rand(responses, generator=gen, device=device) * 1.5 + 0.5,
+        teacher_logp=-torch.rand(tokens, generator=gen, device=device) * 4.0,
+        mask=torch.rand(tokens, generator=gen, device=device) > 0.1,
     )
 
 
@@ -124,7 +128,8 @@ def _runs_anywhere(_device) -> str | None:
 def _floor(x: StepInputs, opts: dict) -> Callable[[], None]:
     """logits = h W^T, grad_h = G W, grad_W = G^T h, with G a fixed [N, V] tensor (chunked if asked)."""
     h, w = x.hidden.detach(), x.weight.detach()
-    grad_logits = torch.randn(h.shape[0], w.shape[0], device=h.device).to(h.dtype)
+    gen = torch.Generator(device=h.device).manual_seed(1)
+    grad_logits = torch.randn(h.shape[0], w.shape[0], generator=gen, device=h.device, dtype=h.dtype)
     rows = opts.get("chunk_rows") or h.shape[0]
     logits = torch.empty(min(rows, h.shape[0]), w.shape[0], dtype=h.dtype, device=h.device)
     grad_h, grad_w = torch.empty_like(h), torch.empty_like(w)
@@ -148,10 +153,14 @@ def _compiled(x: StepInputs, _opts: dict) -> Callable[[], None]:
 
 
 def _liger(x: StepInputs, _opts: dict) -> Callable[[], None]:
-    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+    from liger_kernel.ops import LigerFusedLinearCrossEntropyFunction
 
     def loss(x):
-        nll = liger_fused_linear_cross_entropy(x.hidden, x.weight, x.targets, reduction="none")
+        # positional: input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
+        # reduction; returns (loss, z_loss, token_accuracy, predicted_tokens)
+        nll = LigerFusedLinearCrossEntropyFunction.apply(
+            x.hidden, x.weight, x.targets, None, None, -100, 0.0, 0.0, "none"
+        )[0]
         return opd_loss_from_logp(-nll.float(), x)
 
     return lambda: backward(loss(x))
