@@ -17,9 +17,9 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
@@ -29,6 +29,25 @@ KeyPath = tuple[str, ...]
 
 class ConfigError(ValueError):
     """A config value is unknown, mistyped or invalid; the message names the key and where it was set."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A config that is one of several dataclasses, chosen by the `backend` key of its own mapping:
+
+        teacher: Annotated[Choice, Backend(teacher_config_class)]
+
+    reads `{backend: sglang, urls: [...]}` as `Choice("sglang", SGLangTeacher.Config(urls=[...]))`."""
+
+    resolve: Callable[[str], type]
+    """Maps the `backend` value to the dataclass to build (raises ValueError for an unknown value)."""
+    default: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    backend: str
+    config: Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +138,10 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
 
 
 def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[KeyPath, Source]) -> None:
+    if isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            origins[(*path, str(i))] = Source(file, item.start_mark.line + 1)
+            _record_origins(item, (*path, str(i)), file, origins)
     if not isinstance(node, yaml.MappingNode):
         return
     seen = set()
@@ -155,7 +178,7 @@ def _build_dataclass(cls, data, path: KeyPath, raw: RawConfig):
     if not isinstance(data, Mapping):
         raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: expected a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     for key in data:
         if key not in fields:
             close = difflib.get_close_matches(str(key), fields, n=1)
@@ -180,6 +203,9 @@ def _convert(hint, value, path: KeyPath, raw: RawConfig):
 
     if hint is Any:
         return value
+    if origin is Annotated:
+        backend = next((a for a in args[1:] if isinstance(a, Backend)), None)
+        return _convert_choice(backend, value, path, raw) if backend else _convert(args[0], value, path, raw)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -235,12 +261,30 @@ def _convert(hint, value, path: KeyPath, raw: RawConfig):
     raise TypeError(f"config field {_dotted(path)} has an unsupported type {hint!r}")
 
 
+def _convert_choice(backend: Backend, value, path: KeyPath, raw: RawConfig) -> Choice:
+    if isinstance(value, Choice):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: expected a mapping, got {value!r}")
+    name = value.get("backend", backend.default)
+    if name is None:
+        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: missing required key backend")
+    try:
+        cls = backend.resolve(name)
+    except ValueError as err:
+        raise ConfigError(f"{raw.source((*path, 'backend'))}: {_dotted((*path, 'backend'))}: {err}") from None
+    rest = {k: v for k, v in value.items() if k != "backend"}
+    return Choice(name, _build_dataclass(cls, rest, path, raw))
+
+
 def _type_name(hint) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
 def to_plain(config) -> Any:
     """A dataclass tree as plain YAML-serializable data (paths as strings, tuples as lists)."""
+    if isinstance(config, Choice):
+        return {"backend": config.backend, **to_plain(config.config)}
     if dataclasses.is_dataclass(config):
         return {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
     if isinstance(config, Mapping):

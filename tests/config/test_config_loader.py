@@ -3,12 +3,12 @@
 import dataclasses
 import textwrap
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pytest
 import yaml
 
-from dnmopd.config import ConfigError, dump_yaml, load_config
+from dnmopd.config import Backend, Choice, ConfigError, dump_yaml, load_config
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -96,3 +96,46 @@ def test_dump_round_trips(tmp_path):
     dumped = write(tmp_path, "resolved.yaml", dump_yaml(config))
     assert load_config(Root, dumped) == config
     assert yaml.safe_load(dumped.read_text())["optimizer"]["betas"] == [0.9, 0.98]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Fast:
+    urls: list[str]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Local:
+    path: str = "model"
+
+
+def backend_class(name):
+    classes = {"fast": Fast, "local": Local}
+    if name not in classes:
+        raise ValueError(f"unknown backend {name!r}; use one of {sorted(classes)}")
+    return classes[name]
+
+
+@dataclasses.dataclass(kw_only=True)
+class WithChoices:
+    engine: Annotated[Choice, Backend(backend_class, default="local")] = dataclasses.field(
+        default_factory=lambda: Choice("local", Local()))
+    teachers: list[Annotated[Choice, Backend(backend_class)]] = dataclasses.field(default_factory=list)
+
+
+def test_backend_choices_build_the_named_dataclass_and_dump_flat(tmp_path):
+    run = write(tmp_path, "run.yaml", "teachers:\n  - {backend: fast, urls: [a, b]}\n  - {backend: local}\n")
+    config = load_config(WithChoices, run)
+    assert config.teachers == [Choice("fast", Fast(urls=["a", "b"])), Choice("local", Local())]
+    assert config.engine == Choice("local", Local())
+    assert yaml.safe_load(dump_yaml(config))["teachers"][0] == {"backend": "fast", "urls": ["a", "b"]}
+    assert load_config(WithChoices, write(tmp_path, "again.yaml", dump_yaml(config))) == config
+
+
+@pytest.mark.parametrize("text, message", [
+    ("teachers:\n  - {backend: slow}\n", r"run.yaml:2: teachers.0.backend: unknown backend 'slow'"),
+    ("teachers:\n  - {urls: [a]}\n", r"teachers.0: missing required key backend"),
+    ("teachers:\n  - {backend: fast, url: a}\n", r"unknown key teachers.0.url; did you mean 'urls'"),
+])
+def test_backend_choice_errors(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(WithChoices, write(tmp_path, "run.yaml", text))
