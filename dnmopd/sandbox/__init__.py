@@ -1,0 +1,30 @@
+"""Running untrusted programs in the native sandbox (``native/sandbox``, installed as
+``dnmopd/_bin/dnmopd-sandbox``).
+
+- :func:`run` runs one command under :class:`Limits` and returns a :class:`SandboxResult` (exit status,
+  signal, which limit fired, CPU and wall time, peak memory, stdout/stderr cut at the output limit).
+- :func:`run_python` runs a Python program as a script or calls one of its functions.
+- :func:`isolation_level` / :func:`probe` tell which isolation this machine gives (``ISOLATION_LEVELS``).
+
+:class:`SandboxError` means the program could not be run at all; :class:`SandboxNotInstalledError` that
+the executable is missing.
+"""
+
+from dnmopd.sandbox.executable import SandboxError, SandboxNotInstalledError, sandbox_executable
+from dnmopd.sandbox.python import COMPILE_ERROR_EXIT, PRELUDE, PythonRuntime, run_python
+from dnmopd.sandbox.runner import (
+    ISOLATION_LEVELS,
+    Limits,
+    Probe,
+    SandboxResult,
+    isolation_level,
+    isolation_rank,
+    probe,
+    run,
+)
+
+__all__ = [
+    "COMPILE_ERROR_EXIT", "ISOLATION_LEVELS", "PRELUDE", "Limits", "Probe", "PythonRuntime", "SandboxError",
+    "SandboxNotInstalledError", "SandboxResult", "isolation_level", "isolation_rank", "probe", "run",
+    "run_python", "sandbox_executable",
+]

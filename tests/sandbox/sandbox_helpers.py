@@ -1,0 +1,63 @@
+"""Shared by the sandbox tests: which levels run here, an interpreter each level can use, host checks."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from dnmopd.sandbox import ISOLATION_LEVELS, PythonRuntime, probe
+
+
+def available(level: str) -> bool:
+    p = probe()
+    return p.seccomp and {"namespaces": p.namespaces, "landlock": p.landlock_abi > 0, "seccomp": True}[level]
+
+
+def levels_here() -> list:
+    """Every level as a parameter; those this machine lacks are skipped with the reason."""
+    return [pytest.param(level, marks=pytest.mark.skipif(not available(level), reason=f"no {level} here"))
+            for level in ISOLATION_LEVELS]
+
+
+def runtime_for(level: str) -> PythonRuntime:
+    """The namespaced level mounts this interpreter's prefixes; the others run the program in place, where a
+    root caller's program has a private uid and needs an interpreter that any user may execute."""
+    if level == "namespaces" or not probe().privileged:
+        return PythonRuntime.of()
+    for candidate in (os.path.realpath(PythonRuntime.of().executable), "/usr/bin/python3", "/usr/local/bin/python3"):
+        if candidate and _world_executable(candidate):
+            return PythonRuntime.of(candidate)
+    pytest.skip(f"no interpreter executable by other users for the {level} level")
+
+
+def _world_executable(path: str) -> bool:
+    p = Path(path)
+    if not p.is_file():
+        return False
+    return all(q.stat().st_mode & 0o001 for q in [p, *p.parents])
+
+
+def confines_files(level: str) -> bool:
+    """At the seccomp level only a private uid (root callers) keeps the program from the caller's files."""
+    return level != "seccomp" or probe().privileged
+
+
+def token() -> str:
+    return "dnmopd" + secrets.token_hex(12)
+
+
+def processes_with(marker: str) -> list[int]:
+    """Host processes whose command line contains marker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
