@@ -114,6 +114,7 @@ def transformer_config(
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
         transformer_impl=options.resolved_impl(),
+        hetereogenous_dist_checkpoint=gdn is not None,  # mixed layer types: per-layer checkpoint keys
         **recompute,
     )
 

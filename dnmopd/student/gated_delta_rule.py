@@ -164,7 +164,8 @@ def gated_delta_rule(q, k, v, g, beta, *, backend: str = "auto", chunk_size: int
         q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta))
     if resolve_backend(backend, device=v.device, needs_grad=needs_grad) == "fla":
-        q, k = q.to(v.dtype), k.to(v.dtype)
-        out, _ = _fla_chunk_gated_delta_rule(q, k, v, g=g.float(), beta=beta.to(v.dtype), output_final_state=False)
+        q, k, v = (t.to(v.dtype).contiguous() for t in (q, k, v))
+        g, beta = g.float().contiguous(), beta.to(v.dtype).contiguous()
+        out, _ = _fla_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=False)
         return out.to(v.dtype)
     return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size)

@@ -1,0 +1,96 @@
+"""Convert between the student's training checkpoints and Hugging Face folders.
+
+Training checkpoint (megatron-core distributed checkpoint, saved at any TP/PP) -> release folder:
+
+    python launch/convert_to_hf.py --checkpoint runs/x/checkpoints/step_80 --output releases/x \
+        [--tokenizer DIR] [--base-model DIR] [--training-config runs/x/config.yaml] [--metrics final.json]
+
+Hugging Face folder -> training checkpoint (starts a run from a released model):
+
+    python launch/convert_to_hf.py --from-hf Qwen3.5-2B --output runs/x/checkpoints/init [--dtype bfloat16]
+
+Runs as one process by default (the checkpoint is resharded to TP=PP=1 on load); under torchrun,
+``--tensor``/``--pipeline`` split the model across the launched processes instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+
+def parse_size(text: str) -> int:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMG]?i?B)?", text.strip(), flags=re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"--max-shard-size: cannot parse {text!r} (examples: 5GB, 500MB)")
+    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+    return int(float(match.group(1)) * units[(match.group(2) or "").lower()])
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, help="student training checkpoint folder (has student.json)")
+    source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a training checkpoint")
+    parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
+    parser.add_argument("--base-model", type=Path, help="HF folder of the base model (default: the one recorded)")
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer folder with chat template (default: base model)")
+    parser.add_argument("--training-config", type=Path, help="training config file quoted in the model card")
+    parser.add_argument("--metrics", type=Path, help="JSON object of final metrics for the model card")
+    parser.add_argument("--max-shard-size", type=parse_size, default="5GB", help="largest safetensors shard")
+    parser.add_argument("--tolerance", type=float, default=1e-2, help="max |logit difference| accepted (float32)")
+    parser.add_argument("--probe-length", type=int, default=32, help="tokens per probe sequence for verification")
+    parser.add_argument("--dtype", default="auto", help="--from-hf: parameter dtype (auto = the checkpoint's)")
+    parser.add_argument("--tensor", type=int, default=1, help="tensor-parallel size (with torchrun)")
+    parser.add_argument("--pipeline", type=int, default=1, help="pipeline-parallel size (with torchrun)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch.distributed
+
+    from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
+
+    init_distributed()
+    dims = ParallelDims.Config(tensor=args.tensor, pipeline=args.pipeline).build()
+    if args.from_hf:
+        print(f"loading {args.from_hf}", flush=True)
+        student = Student.from_hf(args.from_hf, dims, BuildOptions(dtype=args.dtype))
+        student.save_checkpoint(args.output)
+        print(f"saved training checkpoint {args.output}", flush=True)
+    else:
+        export(args, dims)
+    dims.destroy()
+    torch.distributed.destroy_process_group()
+    return 0
+
+
+def export(args: argparse.Namespace, dims) -> None:
+    from dnmopd.student import Student
+    from dnmopd.student.release import write_release
+
+    metrics = json.loads(args.metrics.read_text()) if args.metrics else None
+    if metrics is not None and not isinstance(metrics, dict):
+        raise SystemExit(f"{args.metrics}: expected a JSON object of metric name -> value")
+    print(f"loading {args.checkpoint}", flush=True)
+    student = Student.from_checkpoint(args.checkpoint, dims)
+    write_release(
+        student,
+        args.output,
+        base_model=args.base_model,
+        tokenizer=args.tokenizer,
+        training_config=args.training_config.read_text() if args.training_config else None,
+        metrics=metrics,
+        max_shard_bytes=args.max_shard_size,
+        tolerance=args.tolerance,
+        probe_length=args.probe_length,
+    )
+    print(f"wrote release {args.output}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
