@@ -92,7 +92,8 @@ def load_hf_weights(chunks, hf_dir: str | Path, arch: StudentArch, dims: Paralle
                     f"{tuple(local.shape)} for megatron parameter {name!r} of shape {tuple(param.shape)}"
                 )
             param.copy_(local)
-            if local.ndim == 1 and not torch.equal(rule.to_hf([param.to(local.dtype)])[0], tensors[0]):
+            replicated = len(tensors) == 1 and local.shape == tensors[0].shape and local.ndim == 1
+            if replicated and not torch.equal(rule.to_hf([local])[0], tensors[0]):
                 inexact.append(rule.hf_names[0])
     if inexact:
         warnings.warn(

@@ -62,6 +62,50 @@ def _single_rank_worker(rank, world, paths):
     return report
 
 
+def _mixed_dtype_checkpoint(path: str, out_dir: str) -> str:
+    """The tiny model in bfloat16 except ``A_log``/``dt_bias`` in float32, as released checkpoints store them."""
+    import shutil
+    from pathlib import Path
+
+    from safetensors.torch import load_file, save_file
+
+    Path(out_dir).mkdir()
+    shutil.copy(Path(path) / "config.json", out_dir)
+    state = load_file(Path(path) / "model.safetensors")
+    keep = ("A_log", "dt_bias")
+    state = {k: v if k.endswith(keep) else v.to(torch.bfloat16) for k, v in state.items()}
+    save_file(state, Path(out_dir) / "model.safetensors", metadata={"format": "pt"})
+    return out_dir
+
+
+def _dtype_worker(rank, world, path, out_dir):
+    """bfloat16 student from a mixed-dtype checkpoint: every exported tensor keeps its source dtype."""
+    import warnings
+
+    from safetensors.torch import load_file
+
+    from dnmopd.student import ParallelDims, Student, init_distributed
+
+    init_distributed()
+    source = load_file(f"{_mixed_dtype_checkpoint(path, out_dir)}/model.safetensors")
+    dims = ParallelDims.Config().build()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        student = Student.Config(hf_path=out_dir, dtype="bfloat16").build(dims)
+    exported = dict(student.hf_tensors(source_dtypes=True))
+    return {
+        "param_dtypes": sorted({str(p.dtype) for p in student.chunks[0].parameters()}),
+        "dtype_mismatches": [n for n in source if exported[n].dtype != source[n].dtype],
+        "bf16_value_mismatches": [
+            n for n in source if source[n].dtype == torch.bfloat16 and not torch.equal(exported[n], source[n])
+        ],
+        "fp32_rounded_to_bf16": all(
+            torch.equal(exported[n], source[n].to(torch.bfloat16).float()) for n in source if n.endswith("A_log")
+        ),
+        "round_trip_warnings": [str(w.message) for w in caught if "round-trip" in str(w.message)],
+    }
+
+
 def _options_worker(rank, world, path):
     """Recompute and the GDN chunk length change nothing but speed/memory."""
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
@@ -105,6 +149,13 @@ def test_single_rank_matches_hf(tiny_models):  # noqa: F811
     # gradients reached the parameters of both mixers
     grads = report["qwen3_5"]["grad_diffs"]
     assert any("linear_attn.A_log" in k for k in grads) and any("self_attn.q_proj" in k for k in grads)
+
+
+def test_exported_tensors_keep_their_source_dtype(tiny_models, tmp_path):  # noqa: F811
+    (report,) = run_workers(1, _dtype_worker, tiny_models["qwen3_5"], str(tmp_path / "mixed"))
+    assert report["param_dtypes"] == ["torch.bfloat16"]
+    assert report["dtype_mismatches"] == [] and report["bf16_value_mismatches"] == []
+    assert report["fp32_rounded_to_bf16"] and report["round_trip_warnings"] == []
 
 
 def test_recompute_and_chunk_size_do_not_change_results(tiny_models):  # noqa: F811
