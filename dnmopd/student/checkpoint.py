@@ -38,8 +38,19 @@ def read_metadata(directory: str | Path) -> dict:
     return meta
 
 
-def save_checkpoint(chunks, directory: str | Path, metadata: dict, extra: dict | None = None) -> Path:
-    """Save this rank's chunks (and ``extra`` sharded state) into ``directory``; all ranks must call it."""
+def model_sharded_state_dict(chunks) -> dict:
+    """The chunks' sharded state under megatron's keys (pass it to the optimizer's ``sharded_state_dict``)."""
+    return {key: chunk.sharded_state_dict() for key, chunk in zip(chunk_keys(len(chunks)), chunks, strict=True)}
+
+
+def save_checkpoint(
+    chunks, directory: str | Path, metadata: dict, extra: dict | None = None, model_state: dict | None = None
+) -> Path:
+    """Save this rank's chunks (and ``extra`` sharded state) into ``directory``; all ranks must call it.
+
+    ``model_state`` is the result of :func:`model_sharded_state_dict` when the caller already built it (for
+    an optimizer state that refers to it).
+    """
     from megatron.core import dist_checkpointing
 
     directory = Path(directory)
@@ -50,7 +61,7 @@ def save_checkpoint(chunks, directory: str | Path, metadata: dict, extra: dict |
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
     dist.barrier()
-    state = {key: chunk.sharded_state_dict() for key, chunk in zip(chunk_keys(len(chunks)), chunks, strict=True)}
+    state = dict(model_state or model_sharded_state_dict(chunks))
     state.update(extra or {})
     dist_checkpointing.save(state, str(tmp))
     dist.barrier()
@@ -66,13 +77,15 @@ def save_checkpoint(chunks, directory: str | Path, metadata: dict, extra: dict |
     return directory
 
 
-def load_checkpoint(chunks, directory: str | Path, extra: dict | None = None) -> dict:
+def load_checkpoint(
+    chunks, directory: str | Path, extra: dict | None = None, model_state: dict | None = None
+) -> dict:
     """Load parameters into this rank's chunks; returns the loaded ``extra`` state (all ranks must call it)."""
     from megatron.core import dist_checkpointing
 
     read_metadata(directory)
     keys = chunk_keys(len(chunks))
-    request = {key: chunk.sharded_state_dict() for key, chunk in zip(keys, chunks, strict=True)}
+    request = dict(model_state or model_sharded_state_dict(chunks))
     request.update(extra or {})
     loaded = dist_checkpointing.load(request, str(directory))
     for key, chunk in zip(keys, chunks, strict=True):

@@ -112,10 +112,22 @@ class Student:
             "saved_with": {"tensor": self.dims.tp_size, "pipeline": self.dims.pp_size, "chunks": self.dims.num_chunks},
         }
 
-    def save_checkpoint(self, directory: str | Path, extra: dict | None = None) -> Path:
-        """Atomic distributed checkpoint of the weights (+ ``extra`` sharded state); all ranks must call it."""
-        return checkpoint.save_checkpoint(self.chunks, directory, self.metadata(), extra)
+    def sharded_state_dict(self) -> dict:
+        """megatron sharded state of the weights (``model`` or ``model0``, ``model1``, ... with VPP)."""
+        return checkpoint.model_sharded_state_dict(self.chunks)
 
-    def load_checkpoint(self, directory: str | Path, extra: dict | None = None) -> dict:
-        """Load weights saved by :meth:`save_checkpoint` into the existing chunks; returns ``extra``."""
-        return checkpoint.load_checkpoint(self.chunks, directory, extra)
+    def save_checkpoint(
+        self, directory: str | Path, extra: dict | None = None, model_state: dict | None = None
+    ) -> Path:
+        """Atomic distributed checkpoint of the weights (+ ``extra`` sharded state); all ranks must call it.
+
+        Pass ``model_state`` (from :meth:`sharded_state_dict`) when ``extra`` holds an optimizer state built
+        from it, e.g. ``extra={"optimizer": optimizer.sharded_state_dict(model_state)}``.
+        """
+        return checkpoint.save_checkpoint(self.chunks, directory, self.metadata(), extra, model_state)
+
+    def load_checkpoint(
+        self, directory: str | Path, extra: dict | None = None, model_state: dict | None = None
+    ) -> dict:
+        """Load weights saved by :meth:`save_checkpoint` into the existing chunks; returns the loaded ``extra``."""
+        return checkpoint.load_checkpoint(self.chunks, directory, extra, model_state)

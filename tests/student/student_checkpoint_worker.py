@@ -24,7 +24,7 @@ def main(hf_dir: str, ckpt_dir: str, result_file: str) -> None:
     dims = ParallelDims.Config(tensor=2).build()
     saved = Student.from_hf(hf_dir, dims, BuildOptions(dtype="float32"))
     reference = forward_logits(saved, ids)
-    saved.save_checkpoint(ckpt_dir)
+    saved.save_checkpoint(ckpt_dir, extra={"trainer": {"step": 80}})
     dims.destroy()
 
     results = {"saved_padded_vocab": saved.padded_vocab}
@@ -34,6 +34,7 @@ def main(hf_dir: str, ckpt_dir: str, result_file: str) -> None:
         logits = forward_logits(loaded, ids)
         results[label] = None if logits is None else (logits - reference).abs().max().item()
         results[f"{label}_padded_vocab"] = loaded.padded_vocab
+        results[f"{label}_extra"] = loaded.load_checkpoint(ckpt_dir, extra={"trainer": {"step": 0}})
         dims.destroy()
 
     gathered = [None] * dist.get_world_size()

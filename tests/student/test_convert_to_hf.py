@@ -71,6 +71,10 @@ def test_release_reloads_with_transformers_and_keeps_every_tensor(tiny_models, v
 
     ids = probe_ids()
     assert torch.equal(hf_logits(str(release), ids), hf_logits(source, ids))
+    from transformers import Qwen3_5ForConditionalGeneration
+
+    _, info = Qwen3_5ForConditionalGeneration.from_pretrained(release, output_loading_info=True)
+    assert not info["missing_keys"]  # loads as the original vision-language architecture
 
 
 def test_failed_verification_leaves_no_folder(vl_checkpoint, tmp_path):

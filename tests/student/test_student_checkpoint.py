@@ -27,6 +27,7 @@ def test_tp2_checkpoint_loads_at_tp1_and_pp2(tiny_models, tmp_path):  # noqa: F8
     for r in ranks:
         assert r["saved_padded_vocab"] == 512 and r["tp1_padded_vocab"] == 512  # recorded, not recomputed (384)
         assert r["tp1"] <= 1e-5, r
+        assert r["tp1_extra"] == r["pp2_extra"] == {"trainer": {"step": 80}}
     assert sorted(r["pp2"] is None for r in ranks) == [False, True]
     assert all(r["pp2"] is None or r["pp2"] <= 1e-5 for r in ranks), ranks
     ckpt = tmp_path / "ckpt"
