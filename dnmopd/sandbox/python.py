@@ -6,7 +6,8 @@ reference judge puts in front of every program, so that programs relying on them
 without importing it, behave as they did there), then runs the program as ``__main__``. In call mode it
 reads ``{"fn_name", "args"}`` from stdin *before* the program runs, calls ``Solution().<fn_name>`` (when the
 program defines ``class Solution``) or the module-level ``<fn_name>``, and writes the JSON of the return
-value to the original stdout, which the program itself cannot write to (its prints go to /dev/null).
+value to the original stdout, which the program itself cannot write to (its prints go to /dev/null). A
+first argument that is a JSON object with integer-like keys gets integer keys back (APPS/TACO labels).
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ if mode == "call":
     solution = module.__dict__.get("Solution")
     target = getattr(solution(), request["fn_name"]) if "class Solution" in source and solution else \\
         module.__dict__[request["fn_name"]]
-    payload = json.dumps(target(*request["args"]))
+    args = request["args"]
+    if args and isinstance(args[0], dict) and all(k.lstrip("-").isdigit() for k in args[0]):
+        args[0] = {int(k): v for k, v in args[0].items()}  # JSON turned integer keys into strings
+    payload = json.dumps(target(*args))
     sys.stdout.flush()
     os.write(result_fd, payload.encode())
 """
