@@ -63,6 +63,23 @@ def padded_vocab_size(vocab_size: int, tp_size: int, divisible_by: int = 128) ->
     return math.ceil(vocab_size / multiple) * multiple
 
 
+def check_supported(arch: StudentArch, dims: ParallelDims) -> None:
+    """Layouts that the installed megatron-core cannot run correctly, rejected before building."""
+    import megatron.core
+    from packaging.version import Version
+
+    if (
+        arch.attn_output_gate
+        and arch.num_query_groups < dims.tp_size
+        and Version(megatron.core.__version__) < Version("0.19")
+    ):
+        raise ValueError(
+            f"gated attention with fewer KV heads ({arch.num_query_groups}) than tensor-parallel ranks "
+            f"({dims.tp_size}) needs megatron-core >= 0.19 ({megatron.core.__version__} does not slice the "
+            f"output gate); use tensor parallel size <= {arch.num_query_groups}"
+        )
+
+
 def transformer_config(
     arch: StudentArch, options: BuildOptions, dims: ParallelDims, *, initialize: bool
 ) -> TransformerConfig:
@@ -131,6 +148,7 @@ def build_model_chunks(
 
     ``initialize=False`` skips random initialisation (use it when weights are loaded right after).
     """
+    check_supported(arch, dims)
     config = transformer_config(arch, options, dims, initialize=initialize)
     provider = spec_provider(config.transformer_impl)
     padded = vocab_size_padded or padded_vocab_size(arch.vocab_size, dims.tp_size, options.make_vocab_size_divisible_by)

@@ -12,7 +12,8 @@ VOCAB = 300  # not a multiple of 128: exercises vocabulary padding
 
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory) -> dict[str, str]:
-    """Paths of tiny random HF checkpoints: untied Qwen3.5, tied Qwen3.5 VL (+ vision/MTP), tied Qwen3."""
+    """Tiny random HF checkpoints: untied Qwen3.5, tied Qwen3.5 VL (+ vision/MTP), tied Qwen3, and 1-KV-head
+    variants (fewer query groups than TP ranks at TP=2: megatron's all-gather path)."""
     root = tmp_path_factory.mktemp("student_tiny")
     return {
         "qwen3_5": str(build_tiny_hf_checkpoint(root / "qwen3_5", arch="qwen3_5", vocab_size=VOCAB, seed=1)),
@@ -20,6 +21,18 @@ def tiny_models(tmp_path_factory) -> dict[str, str]:
             build_tiny_hf_checkpoint(
                 root / "qwen3_5_vl", arch="qwen3_5", vocab_size=VOCAB, seed=2, vision_language=True,
                 tie_word_embeddings=True,
+            )
+        ),
+        # one KV head at TP=2: megatron's all-gather path for fewer query groups than TP ranks
+        "qwen3_5_kv1": str(
+            build_tiny_hf_checkpoint(
+                root / "qwen3_5_kv1", arch="qwen3_5", vocab_size=VOCAB, seed=4, overrides={"num_key_value_heads": 1}
+            )
+        ),
+        "qwen3_kv1": str(
+            build_tiny_hf_checkpoint(
+                root / "qwen3_kv1", arch="qwen3", vocab_size=VOCAB, seed=5, num_layers=2,
+                overrides={"num_key_value_heads": 1},
             )
         ),
         "qwen3": str(

@@ -136,9 +136,10 @@ def _options_worker(rank, world, path):
 
 
 def test_single_rank_matches_hf(tiny_models):  # noqa: F811
-    (report,) = run_workers(1, _single_rank_worker, tiny_models)
+    models = {k: v for k, v in tiny_models.items() if k != "qwen3_5_kv1"}
+    (report,) = run_workers(1, _single_rank_worker, models)
     assert report["cpu_compat"] is True and report["cuda_literal_device"] == "cpu"
-    for name in tiny_models:
+    for name in models:
         r = report[name]
         assert r["logit_diff"] <= TOLERANCE, (name, r["logit_diff"])
         assert r["hidden_head_diff"] <= 1e-5, (name, r["hidden_head_diff"])

@@ -18,10 +18,23 @@ def _student(path: str, tensor: int, pipeline: int, virtual: int | None = None):
 
 
 def _tensor_parallel_worker(rank, world, paths):
+    import megatron.core
+    from packaging.version import Version
+
     from dnmopd.student.pipeline import forward_logits
 
     report = {}
     for name, path in paths.items():
+        if name == "qwen3_5_kv1" and Version(megatron.core.__version__) < Version("0.19"):
+            try:
+                _student(path, tensor=2, pipeline=1)
+                report[name] = {"rejected": None}
+            except ValueError as error:
+                report[name] = {"rejected": str(error)}
+            from megatron.core import parallel_state
+
+            parallel_state.destroy_model_parallel()
+            continue
         student = _student(path, tensor=2, pipeline=1)
         ids = probe_ids()
         logits = forward_logits(student, ids)
@@ -57,10 +70,13 @@ def _pipeline_worker(rank, world, path, virtual):
 
 
 def test_tensor_parallel_2_matches_hf(tiny_models):  # noqa: F811
-    paths = {k: tiny_models[k] for k in ("qwen3_5", "qwen3")}
+    paths = {k: tiny_models[k] for k in ("qwen3_5", "qwen3", "qwen3_kv1", "qwen3_5_kv1")}
     reports = run_workers(2, _tensor_parallel_worker, paths)
     for rank, report in enumerate(reports):
         for name, r in report.items():
+            if "rejected" in r:  # megatron-core < 0.19 cannot slice the output gate on this layout
+                assert "needs megatron-core >= 0.19" in (r["rejected"] or ""), r
+                continue
             assert r["logit_diff"] <= TOLERANCE, (rank, name, r)
             assert r["roundtrip_mismatches"] == [], (rank, name)
             # vocab 300 padded to 512 at TP=2: rank 0 holds ids 0..255, rank 1 ids 256..299
