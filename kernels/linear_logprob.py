@@ -323,7 +323,8 @@ def fused_linear_logprob(
         temperature: logits are divided by it (sampling temperature of the rollout).
         return_entropy: also return the full-vocab entropy ``[N]`` (differentiable).
         tp_group: process group over which the vocab is sharded (None: unsharded).
-        chunk_size: tokens per chunk (default: sized so the chunk's logits take ~512 MiB).
+        chunk_size: tokens per chunk (default: sized so the chunk's buffers take < 1 GiB, see
+            ``utils.DEFAULT_CHUNK_BYTES``).
         logits_dtype: dtype of the chunk's logits (default ``hidden.dtype``; float32 costs more memory
             traffic and avoids rounding logits to bf16).
 

@@ -36,7 +36,7 @@ NINE=qwen3.5-9b-tp1,qwen3.5-9b-tp8
 bench main 45 90 --shapes $NINE --repeats 5 --impls floor,dnmopd,floor_chunked,torch,liger
 bench sizes 35 60 --shapes qwen3.5-4b-tp1,qwen3.5-4b-tp8,qwen3.5-2b-tp1,qwen3.5-2b-tp8 --repeats 3 \
   --impls floor,dnmopd,torch,liger
-bench peers 55 100 --shapes $NINE --repeats 3 --impls floor,dnmopd:chunk_rows=2048,cce,torch_compile
+bench peers 55 100 --shapes $NINE --repeats 3 --impls floor,dnmopd:logits_dtype=float32,cce,torch_compile
 
 for name in main sizes peers; do
   [ -f "$OUT/$name/bench_kernels.md" ] && tail -n +4 "$OUT/$name/bench_kernels.md"
