@@ -92,13 +92,18 @@ class Student:
         """This TP rank's LM-head rows (last pipeline stage only); see :class:`OutputShard`."""
         return self.chunks[-1].output_shard()
 
-    def hf_tensors(self, *, source_dtypes: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    def hf_tensors(
+        self, *, source_dtypes: bool = False, causal_lm_names: bool = False
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """Full HF-named language-model tensors (TP-gathered, PP-broadcast); every rank must iterate.
 
-        ``source_dtypes=True`` casts each tensor to its dtype in the original HF checkpoint (for export).
+        ``source_dtypes=True`` casts each tensor to its dtype in the original HF checkpoint (for export);
+        otherwise tensors are in the training dtype, on the training device. ``causal_lm_names=True`` names
+        them as the parameters of ``AutoModelForCausalLM`` (``model.*``) even for the VL checkpoint layout
+        (``model.language_model.*``): use it to sync an in-process transformers rollout engine.
         """
         dtypes = self.hf_dtypes if source_dtypes else None
-        return iter_hf_tensors(self.chunks, self.arch, self.dims, self.padded_vocab, dtypes)
+        return iter_hf_tensors(self.chunks, self.arch, self.dims, self.padded_vocab, dtypes, causal_lm_names)
 
     def metadata(self) -> dict:
         """What ``student.json`` records (see ``dnmopd.student.checkpoint``)."""

@@ -127,11 +127,18 @@ def _broadcast(tensor: torch.Tensor | None, src: int, group) -> torch.Tensor:
 
 @torch.no_grad()
 def iter_hf_tensors(
-    chunks, arch: StudentArch, dims: ParallelDims, padded_vocab: int, dtypes: dict | None = None
+    chunks,
+    arch: StudentArch,
+    dims: ParallelDims,
+    padded_vocab: int,
+    dtypes: dict | None = None,
+    causal_lm_names: bool = False,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(hf_name, full tensor)`` for the whole language model, in HF checkpoint order, on every rank.
 
-    Tensors keep the model's dtype unless ``dtypes`` (``{hf_name: dtype name}``) says otherwise.
+    Tensors keep the model's dtype unless ``dtypes`` (``{hf_name: dtype name}``) says otherwise. Names are
+    the checkpoint's (``model.language_model.*`` for the VL layout) unless ``causal_lm_names``, which gives
+    the parameter names of the text-only ``*ForCausalLM`` module (``model.*``) instead.
     """
     entries = _local_entries(chunks, arch, padded_vocab)
     owners = dict.fromkeys(entries, dims.pp_rank)
@@ -155,4 +162,6 @@ def iter_hf_tensors(
                 tensor = _broadcast(tensor, dims.pp_global_rank(owner), dims.pg.pp)
             if dtypes and name in dtypes:
                 tensor = tensor.to(getattr(torch, dtypes[name]))
+            if causal_lm_names and name.startswith(arch.hf_prefix):
+                name = "model." + name[len(arch.hf_prefix) :]
             yield name, tensor

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from distributed import run_workers
 from safetensors.torch import load_file
 from student_fixtures import build_test_tokenizer, hf_logits, probe_ids, tiny_models  # noqa: F401
 
@@ -89,3 +90,22 @@ def test_missing_tokenizer_is_a_clear_error(vl_checkpoint, tmp_path):
     proc = _convert("--checkpoint", vl_checkpoint, "--output", tmp_path / "release")
     assert proc.returncode != 0 and "no tokenizer files" in proc.stderr
     assert not (tmp_path / "release").exists()
+
+
+def _pipeline_release_worker(rank, world, checkpoint, output, tokenizer):
+    from dnmopd.student import ParallelDims, Student, init_distributed
+    from dnmopd.student.release import write_release
+
+    init_distributed()
+    dims = ParallelDims.Config(pipeline=2).build()
+    write_release(Student.from_checkpoint(checkpoint, dims), output, tokenizer=tokenizer, log=lambda *_: None)
+    dims.destroy()
+
+
+def test_release_from_two_pipeline_stages(tiny_models, vl_checkpoint, tmp_path):  # noqa: F811
+    tokenizer = build_test_tokenizer(tmp_path / "tokenizer")
+    run_workers(2, _pipeline_release_worker, str(vl_checkpoint), str(tmp_path / "release"), tokenizer)
+    original = load_file(Path(tiny_models["qwen3_5_vl"]) / "model.safetensors")
+    exported = _release_tensors(tmp_path / "release")
+    assert sorted(exported) == sorted(original)
+    assert [n for n in original if not torch.equal(original[n], exported[n])] == []

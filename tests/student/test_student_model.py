@@ -38,6 +38,20 @@ def _grads_vs_hf(student, path: str, ids: torch.Tensor) -> dict[str, float]:
     return diffs
 
 
+def _weight_sync(student, path: str, ids: torch.Tensor) -> dict:
+    """Load ``hf_tensors(causal_lm_names=True)`` into a zeroed transformers model, as a rollout engine would."""
+    from transformers import AutoModelForCausalLM
+
+    engine = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    with torch.no_grad():
+        for param in engine.parameters():
+            param.zero_()
+    result = engine.load_state_dict(dict(student.hf_tensors(causal_lm_names=True)), strict=False)
+    with torch.no_grad():
+        diff = (engine(ids).logits - hf_logits(path, ids)).abs().max().item()
+    return {"missing": sorted(result.missing_keys), "unexpected": sorted(result.unexpected_keys), "logit_diff": diff}
+
+
 def _single_rank_worker(rank, world, paths):
     from dnmopd.student import BuildOptions, ParallelDims, Student, enable_cpu_compat, init_distributed
     from dnmopd.student.pipeline import forward_logits
@@ -56,6 +70,7 @@ def _single_rank_worker(rank, world, paths):
             "hidden_head_diff": (hidden @ shard.weight.T - logits).abs().max().item(),
             "shard": (shard.vocab_start, shard.weight.shape[0], shard.vocab_size),
             "roundtrip_mismatches": roundtrip_mismatches(student, path),
+            "sync": _weight_sync(student, path, ids),
             "grad_diffs": _grads_vs_hf(student, path, ids),
         }
         dims.destroy()
@@ -145,6 +160,9 @@ def test_single_rank_matches_hf(tiny_models):  # noqa: F811
         assert r["hidden_head_diff"] <= 1e-5, (name, r["hidden_head_diff"])
         assert r["shard"] == (0, VOCAB, VOCAB)
         assert r["roundtrip_mismatches"] == [], (name, r["roundtrip_mismatches"])
+        tied_head = {"lm_head.weight"} if name != "qwen3_5" else set()  # a tied head is no separate tensor
+        assert set(r["sync"]["missing"]) <= tied_head and r["sync"]["unexpected"] == [], (name, r["sync"])
+        assert r["sync"]["logit_diff"] == 0.0, (name, r["sync"])
         worst = max(r["grad_diffs"].items(), key=lambda item: item[1])
         assert worst[1] <= 1e-4, (name, worst)
     # gradients reached the parameters of both mixers
