@@ -114,7 +114,7 @@ def _logprob_grad_kernel(
         cols = start + tl.arange(0, BLOCK_V)
         valid = cols < n_cols
         s = tl.load(row_ptr + cols, mask=cols < n_live, other=0.0).to(tl.float32) * inv_temp
-        p = tl.exp(s - lse)
+        p = tl.exp(tl.minimum(s - lse, 0.0))  # s <= lse; the clamp keeps inactive rows' zeros finite
         grad = -g * p
         if WITH_ENTROPY:
             grad -= g_ent * p * (s - mu)

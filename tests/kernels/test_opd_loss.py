@@ -18,7 +18,7 @@ def _batch(n, v, num_local, seed):
     )
 
 
-def _check(hidden, weight, batch, *, tol=1e-5, **kwargs):
+def _check(hidden, weight, batch, *, tol=1e-5, skip_hidden_cols=0, **kwargs):
     out = fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"],
                          teacher_logp=kwargs.pop("teacher_logp", batch["teacher_logp"]), mask=batch["mask"],
                          **kwargs)
@@ -33,7 +33,7 @@ def _check(hidden, weight, batch, *, tol=1e-5, **kwargs):
     ref.backward()
     assert abs(out.loss.item() - ref.item()) <= tol * max(1.0, abs(ref.item()))
     assert rel_err(out.logp[batch["mask"]], logp[batch["mask"]]) < tol
-    assert rel_err(hidden.grad, h64.grad) < tol
+    assert rel_err(hidden.grad[:, skip_hidden_cols:], h64.grad[:, skip_hidden_cols:]) < tol
     assert rel_err(weight.grad, w64.grad) < tol
     # every row of dL/dlogits sums to zero, hence so do the weight gradient's rows summed over the vocab
     assert weight.grad.double().sum(0).abs().max() <= 1e-5 * weight.grad.double().abs().sum(0).max()
@@ -47,6 +47,22 @@ def test_on_policy_ratio_one_matches_float64(n, d, v, chunk, temperature):
     if n == 1:
         batch["mask"][:] = True
     _check(hidden, weight, batch, chunk_size=chunk, temperature=temperature, num_responses=7)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_shapes_and_very_negative_logits(seed):
+    """Random N, D, V (V from 2 up to past one 4096 block), random chunking, logits shifted to about -500.
+
+    The shift is hidden column 0 (all ones) times weight column 0 (all -500): its gradient is
+    -500 * sum_v dL/dz_v = 0, which float32 rounding of dL/dz times 500 cannot reproduce, so that column is
+    left out of the comparison."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    n, d, v = (int(torch.randint(lo, hi, (1,), generator=gen)) for lo, hi in ((1, 40), (4, 40), (2, 5000)))
+    chunk = int(torch.randint(1, n + 1, (1,), generator=gen))
+    hidden, weight = random_head(n, d, v, seed=seed, logit_std=5.0, offset=-500.0)
+    batch = _batch(n, v, 3, seed=seed)
+    batch["mask"][0] = True
+    _check(hidden, weight, batch, tol=1e-4, skip_hidden_cols=1, chunk_size=chunk, temperature=0.9)
 
 
 def test_clipping_and_dual_clip_with_old_logp():
