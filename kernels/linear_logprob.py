@@ -232,6 +232,13 @@ class ChunkedHead:
         """Where the kernel writes dL/dlogits: in place, or a buffer in the weight dtype for the GEMMs."""
         return logits if self.grad_buffer is None else self.grad_buffer[: logits.shape[0]]
 
+    def new_grads(self, need_hidden: bool, need_weight: bool):
+        """Output gradients; the weight's starts at zero only when no chunk will write it (N = 0)."""
+        grad_hidden = torch.empty_like(self.hidden) if need_hidden else None
+        empty = self.hidden.shape[0] == 0
+        grad_weight = (torch.zeros_like if empty else torch.empty_like)(self.weight) if need_weight else None
+        return grad_hidden, grad_weight
+
     def backprop(self, grad_logits: torch.Tensor, start: int, end: int, grad_hidden: torch.Tensor | None,
                  grad_weight: torch.Tensor | None) -> None:
         if grad_hidden is not None:
@@ -240,19 +247,22 @@ class ChunkedHead:
             accumulate_weight_grad(grad_weight, grad_logits, self.hidden[start:end], first=start == 0)
 
 
-def check_targets_owned(owned: torch.Tensor, mask: torch.Tensor | None, extra_bad: torch.Tensor | None = None):
-    """One host sync: every counted token's target must lie in exactly one vocab shard."""
+def check_targets_owned(owned: torch.Tensor, mask: torch.Tensor | None, ids_bad: torch.Tensor | None = None):
+    """One host sync: every counted token's target lies in exactly one vocab shard (and its response id is
+    valid, when ``ids_bad`` is given)."""
     bad = owned != 1.0
     if mask is not None:
         bad &= mask
     bad = bad.any()
-    if extra_bad is not None:
-        bad |= extra_bad
+    if ids_bad is not None:
+        bad |= ids_bad
     if bool(bad):
+        detail = "" if ids_bad is None else (
+            ", or a counted token's response_ids entry lies outside [0, len(response_weights))"
+        )
         raise ValueError(
-            "targets: a token's target id lies outside [0, vocab size) (no vocab shard holds it), or a valid "
-            "token names a response index outside [0, len(response_weights)); check targets/vocab_start/"
-            "response_ids"
+            "targets: a counted token's id lies outside [0, vocab size) (no vocab shard holds it; check targets "
+            f"and vocab_start){detail}"
         )
 
 
@@ -289,8 +299,7 @@ class _LinearLogprobFunction(torch.autograd.Function):
         if grad_logp is None:
             grad_logp = torch.zeros_like(stats.logp)
         head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
-        grad_hidden = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_weight = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
+        grad_hidden, grad_weight = head.new_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         for start, end in head.chunks():
             logits = head.logits(start, end)
             grad_logits = head.grad_target(logits)

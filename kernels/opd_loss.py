@@ -158,8 +158,7 @@ class _FusedOPDLossFunction(torch.autograd.Function):
         owned = hidden.new_empty(n, dtype=torch.float32)
         loss = hidden.new_zeros((), dtype=torch.float32)
         buffers = TokenBuffers(min(head.rows, max(n, 1)), hidden.device)
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = (torch.zeros_like if n == 0 else torch.empty_like)(weight) if need_weight else None
+        grad_hidden, grad_weight = head.new_grads(need_hidden, need_weight)
         for start, end in head.chunks():
             sl = slice(start, end)
             logits = head.logits(start, end)

@@ -136,8 +136,7 @@ class _FusedReverseKLFunction(torch.autograd.Function):
         n = hidden.shape[0]
         kl = hidden.new_empty(n, dtype=torch.float32)
         loss = hidden.new_zeros((), dtype=torch.float32)
-        grad_hidden = torch.empty_like(hidden) if need_hidden else None
-        grad_weight = (torch.zeros_like if n == 0 else torch.empty_like)(weight) if need_weight else None
+        grad_hidden, grad_weight = head.new_grads(need_hidden, need_weight)
         inv_temp = 1.0 / temperature
         for start, end in head.chunks():
             student = head.logits(start, end)

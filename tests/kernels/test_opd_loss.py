@@ -117,6 +117,16 @@ def test_same_kernel_old_logp_gives_ratio_exactly_one_and_scaled_upstream_gradie
     torch.testing.assert_close(grads[1], 3.0 * weight.grad)
 
 
+def test_zero_tokens_give_zero_loss_and_gradients():
+    hidden, weight = random_head(0, 8, 100, seed=26)
+    empty = torch.zeros(0, dtype=torch.long, device=DEVICE)
+    out = fused_opd_loss(hidden, weight, empty, empty, torch.ones(2, device=DEVICE),
+                         teacher_logp=torch.zeros(0, device=DEVICE))
+    out.loss.backward()
+    assert out.loss.item() == 0.0 and out.logp.shape == (0,)
+    assert hidden.grad.shape == (0, 8) and torch.equal(weight.grad, torch.zeros_like(weight))
+
+
 def test_no_grad_and_invalid_inputs():
     hidden, weight = random_head(6, 8, 100, seed=21)
     batch = _batch(6, 100, 2, seed=22)
