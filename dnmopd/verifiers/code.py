@@ -5,19 +5,21 @@ False: a test failed (wrong answer, crash, time or output limit, no program, doe
 verdict, because the sandbox itself failed (never a silent False). A malformed label raises ValueError.
 
 **Program.** The last fenced block tagged ``python`` (also ``py``/``python3``, any case; an unclosed last
-fence runs to the end of the response), as the reference judge. Fallbacks, where the reference judge would
+fence runs to the end of the response), as in the reference judge. Fallbacks, where the reference judge would
 run the prose before the first fence: the last untagged fenced block; a response without any fence is the
 program itself. A response whose fences are all tagged with other languages has no program (False).
 
 **Tests** (label ``{"inputs": [...], "outputs": [...], "fn_name"?}``): each test runs in a fresh sandboxed
-process with the per-test limits; all tests together must finish within ``total_timeout_s``; the first
-failure ends the judgment. Without ``fn_name`` the program reads the input on stdin and its stdout must
-match the expected text under the tolerant rules below. With ``fn_name`` the function (``Solution().fn``
-when the program defines ``class Solution``) is called with the input's arguments (a list, or a string of
-one JSON value per line) and its return value must equal the expected value (a JSON string or a value) or
-that value's first element (the APPS/TACO one-element wrapper); tuples count as lists, dict keys as strings.
+process with the per-test limits (CPU ``test_timeout_s``, wall ``test_wall_timeout_s``); all tests together
+must finish within ``total_timeout_s`` of wall time; the first failure ends the judgment. Without
+``fn_name`` the program reads the input on stdin and its stdout must match the expected text under the
+tolerant rules below. With ``fn_name`` the function (``Solution().fn`` when the program defines ``class
+Solution``) is called with the input's arguments (a list, or a string of one JSON value per line) and its
+return value must equal the expected value (a JSON string or a value) or that value's first element (the
+APPS/TACO one-element wrapper); tuples count as lists, dict keys as strings. Stdin-mode inputs and outputs
+given as lists of lines are joined by newlines.
 
-**Tolerant stdout comparison** (``outputs_match``; `reference-behavior.md` 6.3), any of: (a) exact after
+**Tolerant stdout comparison** (``outputs_match``, after the paper's PRIME judge), any of: (a) exact after
 stripping the whole text; (b) line by line after stripping every line and dropping empty lines; (c) token
 by token (whitespace-separated, in order), where a token pair also matches when both parse as floats that
 are close (``|a - b| <= 1e-8 + 1e-5 * |b|``, numpy's ``allclose`` defaults) and are not both plain
@@ -160,7 +162,10 @@ class CodeJudge:
         queue_size: int = 64
         """Judgments waiting for a worker; ``submit`` blocks beyond that."""
         test_timeout_s: float = 5.0
-        """Wall and CPU seconds for one test (the reference judge's per-test limit)."""
+        """CPU seconds for one test (the reference judge's per-test limit; whole seconds, rounded up)."""
+        test_wall_timeout_s: float = 10.0
+        """Wall seconds for one test: stops sleeping or blocked programs. Kept above test_timeout_s so that a
+        busy machine, which stretches wall time but not CPU time, does not fail correct programs."""
         total_timeout_s: float = 30.0
         """Wall seconds for all tests of one judgment together; past it the program fails."""
         memory_bytes: int = 2 << 30
@@ -184,12 +189,13 @@ class CodeJudge:
                     raise ValueError(f"CodeJudge.Config.{name} must be >= 1, got {getattr(self, name)}")
             if self.queue_size < 0:
                 raise ValueError(f"CodeJudge.Config.queue_size must be >= 0, got {self.queue_size}")
-            if not 0 < self.test_timeout_s <= self.total_timeout_s:
-                raise ValueError(f"CodeJudge.Config needs 0 < test_timeout_s <= total_timeout_s, got "
-                                 f"{self.test_timeout_s} and {self.total_timeout_s}")
+            if not 0 < self.test_timeout_s <= self.test_wall_timeout_s <= self.total_timeout_s:
+                raise ValueError(f"CodeJudge.Config needs 0 < test_timeout_s <= test_wall_timeout_s <= "
+                                 f"total_timeout_s, got {self.test_timeout_s}, {self.test_wall_timeout_s} and "
+                                 f"{self.total_timeout_s}")
             try:
                 isolation_rank(self.min_isolation)
-                self.limits = Limits(cpu_time_s=self.test_timeout_s, wall_time_s=self.test_timeout_s,
+                self.limits = Limits(cpu_time_s=self.test_timeout_s, wall_time_s=self.test_wall_timeout_s,
                                      memory_bytes=self.memory_bytes, processes=self.max_processes,
                                      output_bytes=self.output_bytes)
             except ValueError as error:
@@ -232,7 +238,7 @@ class CodeJudge:
                   left: float) -> Judgment | None:
         limits = self.config.limits
         if left < limits.wall_time_s:
-            limits = replace(limits, wall_time_s=left, cpu_time_s=left)
+            limits = replace(limits, wall_time_s=left, cpu_time_s=min(left, limits.cpu_time_s))
         call = (fn_name, _call_arguments(given)) if fn_name else None
         result = run_python(program, stdin="" if call else _text(given), call=call, limits=limits,
                             runtime=self.runtime, prelude=self.config.prelude)

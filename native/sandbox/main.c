@@ -4,6 +4,7 @@
  * program did), 2 for a usage error, 3 when the program could not be run (JSON {"error": ...}).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +95,10 @@ int main(int argc, char **argv)
         free_options(&o);
         return parsed < 0 ? EXIT_USAGE : EXIT_REPORTED;
     }
+    /* Started with a standard stream closed, a pipe could take its number and swallow the report. */
+    for (int fd = 0; fd < 3; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+            return EXIT_NOT_RUN;
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_DUMPABLE, 0); /* our memory holds the caller's environment */
     if (o.probe) {

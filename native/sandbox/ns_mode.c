@@ -31,13 +31,13 @@ static void leave_on_alarm(int sig)
     _exit(2);
 }
 
-/* Should the supervisor vanish without killing us, the run still ends: pid 1 of the namespace
- * only receives signals it has a handler for. */
+/* Should the supervisor vanish without killing us, the run still ends (well after the supervisor's
+ * own deadline, which normally ends it). pid 1 of a namespace only gets signals it handles. */
 static void arm_wall_guard(double seconds)
 {
     struct sigaction sa = {.sa_handler = leave_on_alarm};
     sigaction(SIGALRM, &sa, NULL);
-    struct itimerval t = {.it_value = {.tv_sec = (time_t)seconds + 2}};
+    struct itimerval t = {.it_value = {.tv_sec = (time_t)seconds + 30}};
     setitimer(ITIMER_REAL, &t, NULL);
 }
 

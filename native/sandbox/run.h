@@ -15,6 +15,7 @@ const char *limit_name(enum limit limit);
 struct capture {
     char *data;
     size_t kept;                /* bytes in data (at most the output limit) */
+    size_t capacity;
     unsigned long long total;   /* bytes the program wrote */
     bool eof;
 };

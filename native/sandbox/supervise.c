@@ -18,15 +18,21 @@ int make_pipe(int fds[2], struct error *err)
 static bool capture_chunk(struct capture *c, const char *buf, size_t n, unsigned long long limit)
 {
     c->total += n;
-    if (c->kept < limit) {
-        size_t take = (size_t)(limit - c->kept) < n ? (size_t)(limit - c->kept) : n;
-        char *grown = realloc(c->data, c->kept + take + 1);
-        if (grown) {
-            memcpy(grown + c->kept, buf, take);
-            c->kept += take;
-            grown[c->kept] = '\0';
-            c->data = grown;
-        }
+    size_t take = c->kept < limit ? ((size_t)(limit - c->kept) < n ? (size_t)(limit - c->kept) : n) : 0;
+    if (take && c->kept + take + 1 > c->capacity) {
+        size_t capacity = c->capacity ? c->capacity : 4096;
+        while (capacity < c->kept + take + 1)
+            capacity *= 2;
+        char *grown = realloc(c->data, capacity);
+        if (!grown)
+            take = 0; /* keep what we have; the byte count stays right */
+        else
+            c->data = grown, c->capacity = capacity;
+    }
+    if (take) {
+        memcpy(c->data + c->kept, buf, take);
+        c->kept += take;
+        c->data[c->kept] = '\0';
     }
     return c->total > limit;
 }

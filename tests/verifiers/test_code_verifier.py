@@ -26,7 +26,8 @@ SOLUTIONS = json.loads((ROOT / "tests" / "fixtures" / "data" / "code_solutions.j
 OWN_TASKS = {name: task for name, task in
              json.loads((ROOT / "tests" / "fixtures" / "sandbox" / "code_tasks.json").read_text()).items()
              if not name.startswith("_")}
-FAST = CodeJudge.Config(workers=2, test_timeout_s=1.0, total_timeout_s=10.0)
+POOLED = CodeJudge.Config(workers=2)  # default limits: a busy machine must not fail correct programs
+QUICK_TIMEOUTS = CodeJudge.Config(test_timeout_s=1.0, test_wall_timeout_s=2.0)
 
 
 def key(row: dict) -> str:
@@ -48,7 +49,7 @@ def program_for(row: dict, body: str, returns: str = "None") -> str:
 
 @pytest.fixture(scope="module")
 def code_judge():
-    with CodeJudge(FAST) as j:
+    with CodeJudge(POOLED) as j:
         yield j
 
 
@@ -101,8 +102,10 @@ def test_malformed_labels_raise_with_the_problem_named():
 def test_config_errors_name_the_field():
     with pytest.raises(ValueError, match="workers"):
         CodeJudge.Config(workers=0)
-    with pytest.raises(ValueError, match="test_timeout_s <= total_timeout_s"):
+    with pytest.raises(ValueError, match="test_timeout_s <= test_wall_timeout_s <= total_timeout_s"):
         CodeJudge.Config(test_timeout_s=10, total_timeout_s=5)
+    with pytest.raises(ValueError, match="test_timeout_s <= test_wall_timeout_s"):
+        CodeJudge.Config(test_timeout_s=3, test_wall_timeout_s=2)
     with pytest.raises(ValueError, match="unknown isolation level"):
         CodeJudge.Config(min_isolation="none")
 
@@ -133,13 +136,19 @@ def test_memory_hungry_programs_fail_with_memory_error():
 
 
 def test_slow_programs_fail_on_the_per_test_and_on_the_global_limit(code_judge):
-    stdin_task = next(r for r in SAMPLE_TASKS if "fn_name" not in json.loads(r["label"]))
+    stdin_task = min((r for r in SAMPLE_TASKS if "fn_name" not in json.loads(r["label"])),
+                     key=lambda r: len(json.loads(r["label"])["inputs"]))
     call_task = next(r for r in SAMPLE_TASKS if "fn_name" in json.loads(r["label"]))
+    quick = CodeJudge(QUICK_TIMEOUTS)
     for row in (stdin_task, call_task):
-        j = code_judge.judge_details(fenced(program_for(row, "while True:\n    pass")), row["label"])
-        assert (j.verdict, j.reason, j.failed_test) == (False, "time_limit", 0), j
-    tight = CodeJudge(CodeJudge.Config(test_timeout_s=1.0, total_timeout_s=1.5))
-    slow_but_right = "import time\ntime.sleep(0.6)\n" + SOLUTIONS[key(stdin_task)]
+        j = quick.judge_details(fenced(program_for(row, "while True:\n    pass")), row["label"])
+        assert (j.verdict, j.reason, j.failed_test, j.detail) == (False, "time_limit", 0, "cpu limit"), j
+    j = quick.judge_details(fenced(program_for(stdin_task, "import time\ntime.sleep(30)")), stdin_task["label"])
+    assert (j.verdict, j.reason, j.detail) == (False, "time_limit", "wall limit"), j
+    tests = len(json.loads(stdin_task["label"])["inputs"])
+    slow_but_right = "import time\ntime.sleep(1)\n" + SOLUTIONS[key(stdin_task)]
+    tight = CodeJudge(CodeJudge.Config(test_timeout_s=2, test_wall_timeout_s=tests - 0.5,
+                                       total_timeout_s=tests - 0.5))
     j = tight.judge_details(fenced(slow_but_right), stdin_task["label"])
     assert (j.verdict, j.reason) == (False, "time_limit") and j.failed_test >= 1, j  # earlier tests passed
     assert code_judge.judge(fenced(slow_but_right), stdin_task["label"]) is True
@@ -172,7 +181,7 @@ def test_a_call_based_program_cannot_print_its_own_result(code_judge):
 
 def test_sandbox_failure_is_no_verdict_not_false(monkeypatch, tmp_path):
     row = SAMPLE_TASKS[0]
-    with CodeJudge(FAST) as j:
+    with CodeJudge(POOLED) as j:
         monkeypatch.setenv("DNMOPD_SANDBOX", str(tmp_path / "missing"))
         judgment = j.judge_details(fenced(SOLUTIONS[key(row)]), row["label"])
     assert (judgment.verdict, judgment.reason) == (None, "infrastructure")

@@ -1,0 +1,243 @@
+/* The attack cases: what each hostile program must run into, and what must not have happened. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "attack_test.h"
+
+static void case_fork_bomb(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, (const char *[]){"--wall-time=1", NULL}, "fork_bomb", NULL, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    int processes = count_lines(out, "fork_failed");
+    char eagain[32];
+    snprintf(eagain, sizeof eagain, "fork_failed errno=%d ", EAGAIN);
+    expect(c, equals(report_get(&r, "limit"), "wall"), "limit %s, want wall", report_get(&r, "limit"));
+    expect(c, count_lines(out, eagain) == processes && processes > 1,
+           "every process must stop at EAGAIN: %s", out);
+    expect(c, processes <= PROCESS_LIMIT, "%d processes ran; the limit is %d", processes, PROCESS_LIMIT);
+    report_free(&r);
+}
+
+static void case_memory_bomb(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, NULL, "memory_bomb", NULL, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    int err = -1, mib = -1;
+    sscanf(out, "malloc_failed errno=%d after_mib=%d", &err, &mib);
+    expect(c, err == ENOMEM && mib >= 0 && mib < 256, "want ENOMEM below 256 MiB, got: %s", out);
+    expect(c, equals(report_get(&r, "exit_code"), "0"), "the program should end normally");
+    report_free(&r);
+}
+
+static void case_infinite_loop(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, (const char *[]){"--cpu-time=1", "--wall-time=10", NULL}, "infinite_loop", NULL, NULL, &r);
+    expect(c, equals(report_get(&r, "limit"), "cpu"), "limit %s, want cpu", report_get(&r, "limit"));
+    expect(c, equals(report_get(&r, "signal_name"), "SIGXCPU"), "signal %s", report_get(&r, "signal_name"));
+    double cpu = report_number(&r, "cpu_time_s"), wall = report_number(&r, "wall_time_s");
+    /* Tick-based accounting and a busy machine: generous bounds. */
+    expect(c, cpu >= 0.8 && cpu < 2.5 && wall < 8, "cpu %.2f s, wall %.2f s", cpu, wall);
+    report_free(&r);
+}
+
+static void case_sleep(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, (const char *[]){"--wall-time=1", NULL}, "sleep", NULL, NULL, &r);
+    double wall = report_number(&r, "wall_time_s"), cpu = report_number(&r, "cpu_time_s");
+    expect(c, equals(report_get(&r, "limit"), "wall"), "limit %s, want wall", report_get(&r, "limit"));
+    expect(c, equals(report_get(&r, "signal_name"), "SIGKILL"), "signal %s", report_get(&r, "signal_name"));
+    expect(c, wall >= 1.0 && wall < 2.5 && cpu < 0.5, "wall %.2f s, cpu %.2f s", wall, cpu);
+    report_free(&r);
+}
+
+static void case_write_outside(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, NULL, "write_outside", (const char *[]){c->scratch, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    char line[4200];
+    snprintf(line, sizeof line, "write path=%s/%s-written errno=0", c->scratch, c->token);
+    expect(c, !strstr(out, line), "wrote into the caller's directory: %s", out);
+    const char *dirs[] = {c->scratch, "/tmp", "/dev/shm", "/var/tmp"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s-written", dirs[i], c->token);
+        bool exists = access(path, F_OK) == 0;
+        /* The seccomp level confines by uid only: world-writable directories stay writable. */
+        bool confined = i == 0 || strcmp(c->isolation, "seccomp") != 0;
+        expect(c, !exists || !confined, "the program created %s on the host", path);
+        if (exists)
+            unlink(path);
+    }
+    report_free(&r);
+}
+
+static void case_read_secret(struct context *c)
+{
+    char path[128];
+    snprintf(path, sizeof path, "%s/secret", c->scratch);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0 || write(fd, c->secret, strlen(c->secret)) < 0)
+        exit(1);
+    close(fd);
+    struct report r;
+    run_sandbox(c, NULL, "read_secret", (const char *[]){path, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    expect(c, !strstr(out, c->secret), "the secret leaked: %s", out);
+    expect(c, strstr(out, "read errno=") != NULL, "want a read error, got: %s", out);
+    report_free(&r);
+}
+
+static void case_network(struct context *c)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    socklen_t len = sizeof addr;
+    int tcp = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (tcp < 0 || bind(tcp, (struct sockaddr *)&addr, len) || listen(tcp, 4) ||
+        getsockname(tcp, (struct sockaddr *)&addr, &len))
+        exit(1);
+    int udp = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    bool have_udp = udp >= 0 && bind(udp, (struct sockaddr *)&addr, len) == 0;
+    char port[16];
+    snprintf(port, sizeof port, "%d", ntohs(addr.sin_port));
+    struct report r;
+    run_sandbox(c, NULL, "network", (const char *[]){port, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    expect(c, count_lines(out, "tcp4") == 1 && !strstr(out, "errno=0\n"), "a socket worked: %s", out);
+    expect(c, accept(tcp, NULL, NULL) < 0 && errno == EAGAIN, "the listener got a connection");
+    char byte;
+    expect(c, !have_udp || (recv(udp, &byte, 1, 0) < 0 && errno == EAGAIN), "a UDP datagram arrived");
+    report_free(&r);
+}
+
+static void case_output_flood(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, NULL, "output_flood", NULL, NULL, &r);
+    expect(c, equals(report_get(&r, "limit"), "output"), "limit %s, want output", report_get(&r, "limit"));
+    expect(c, strlen(report_get(&r, "stdout")) == 65536 && equals(report_get(&r, "stdout_truncated"), "true") &&
+                  report_number(&r, "stdout_bytes") > 65536,
+           "stdout should be cut at 64 KiB");
+    report_free(&r);
+}
+
+static void case_kill_parent(struct context *c)
+{
+    pid_t sentinel = fork();
+    if (sentinel == 0) { /* an innocent process of the caller's */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 1), dup2(null, 2);
+        for (;;)
+            pause();
+    }
+    char me[16], other[16];
+    snprintf(me, sizeof me, "%d", (int)getpid());
+    snprintf(other, sizeof other, "%d", (int)sentinel);
+    struct report r;
+    run_sandbox(c, NULL, "kill_parent", (const char *[]){me, other, NULL}, NULL, &r);
+    expect(c, strstr(report_get(&r, "stdout"), "survived") && equals(report_get(&r, "exit_code"), "0"),
+           "the run should end normally: %s", report_get(&r, "stdout"));
+    expect(c, waitpid(sentinel, NULL, WNOHANG) == 0, "a process of the caller was killed");
+    kill(sentinel, SIGKILL);
+    waitpid(sentinel, NULL, 0);
+    report_free(&r);
+}
+
+static void case_daemon(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, (const char *[]){"--wall-time=10", NULL}, "daemon", NULL, NULL, &r);
+    expect(c, strstr(report_get(&r, "stdout"), "daemonized") && report_number(&r, "wall_time_s") < 2.5,
+           "the run must end with its first process, not wait for the daemon");
+    report_free(&r); /* check_no_survivors, run after every case, looks for the daemon */
+}
+
+static void case_host_proc(struct context *c)
+{
+    setenv("DNMOPD_SECRET", c->secret, 1); /* the sandbox itself inherits it */
+    struct report r;
+    run_sandbox(c, NULL, "host_proc", (const char *[]){"DNMOPD_SECRET", NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    int err = -1, visible = -1;
+    const char *summary = strstr(out, "proc_open");
+    if (summary)
+        sscanf(summary, "proc_open errno=%d visible_pids=%d", &err, &visible);
+    expect(c, !strstr(out, c->secret), "the caller's environment leaked: %s", out);
+    expect(c, strcmp(c->isolation, "namespaces") || (visible >= 1 && visible <= PROCESS_LIMIT),
+           "a private /proc shows only the sandbox's processes: %s", out);
+    report_free(&r);
+}
+
+static void case_basics(struct context *c)
+{
+    struct report r;
+    run_sandbox(c, NULL, "exit", (const char *[]){"7", NULL}, NULL, &r);
+    expect(c, equals(report_get(&r, "isolation"), c->isolation), "isolation %s", report_get(&r, "isolation"));
+    expect(c, equals(report_get(&r, "exit_code"), "7") && !report_get(&r, "signal") && !report_get(&r, "limit"),
+           "exit code 7 without signal or limit");
+    report_free(&r);
+    run_sandbox(c, NULL, "abort", NULL, NULL, &r);
+    expect(c, !report_get(&r, "exit_code") && equals(report_get(&r, "signal_name"), "SIGABRT"), "abort");
+    report_free(&r);
+    run_sandbox(c, NULL, "echo_stdin", NULL, "through stdin\n", &r);
+    expect(c, equals(report_get(&r, "stdout"), "through stdin\n"), "stdin: %s", report_get(&r, "stdout"));
+    report_free(&r);
+    run_sandbox(c, NULL, "invalid_utf8", NULL, NULL, &r);
+    expect(c, equals(report_get(&r, "stdout"), "bad\xef\xbf\xbd\xef\xbf\xbd \xe2\x82\xac ok\n"), "UTF-8 repair");
+    report_free(&r);
+}
+
+static void case_files_and_file_size(struct context *c)
+{
+    char source[128], option[200];
+    snprintf(source, sizeof source, "%s/given", c->scratch);
+    FILE *f = fopen(source, "w");
+    fputs("handed in", f);
+    fclose(f);
+    snprintf(option, sizeof option, "--file=given.txt=%s", source);
+    struct report r;
+    run_sandbox(c, (const char *[]){option, NULL}, "read_secret", (const char *[]){"given.txt", NULL}, NULL, &r);
+    expect(c, strstr(report_get(&r, "stdout"), "content=handed in") != NULL, "--file: %s", report_get(&r, "stdout"));
+    report_free(&r);
+    run_sandbox(c, (const char *[]){"--file-size=1M", NULL}, "big_file", NULL, NULL, &r);
+    expect(c, equals(report_get(&r, "limit"), "file_size") && equals(report_get(&r, "signal_name"), "SIGXFSZ"),
+           "limit %s, signal %s", report_get(&r, "limit"), report_get(&r, "signal_name"));
+    report_free(&r);
+}
+
+static void case_usage_errors(struct context *c)
+{
+    expect(c, run_sandbox(c, (const char *[]){"--memory=lots", NULL}, "exit", NULL, NULL, NULL) == 2,
+           "a bad option must exit 2");
+    expect(c, run_sandbox(c, (const char *[]){"--ro=relative/path", NULL}, "exit", NULL, NULL, NULL) == 2,
+           "a relative --ro must exit 2");
+    expect(c, run_sandbox(c, (const char *[]){"--ro=/does/not/exist", NULL}, "exit", NULL, NULL, NULL) == 3,
+           "a missing --ro path must exit 3 (not run)");
+}
+
+const struct attack_case attack_cases[] = {
+    {"fork_bomb", case_fork_bomb, false},       {"memory_bomb", case_memory_bomb, false},
+    {"infinite_loop", case_infinite_loop, false}, {"sleep", case_sleep, false},
+    {"write_outside", case_write_outside, true}, {"read_secret", case_read_secret, true},
+    {"network", case_network, false},           {"output_flood", case_output_flood, false},
+    {"kill_parent", case_kill_parent, false},   {"daemon", case_daemon, false},
+    {"host_proc", case_host_proc, true},        {"basics", case_basics, false},
+    {"files", case_files_and_file_size, false}, {"usage_errors", case_usage_errors, false},
+};
+const unsigned attack_case_count = sizeof attack_cases / sizeof attack_cases[0];
