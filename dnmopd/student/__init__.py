@@ -9,6 +9,7 @@ Modules (one job each):
 * ``model``, ``build``: ``StudentModel`` (GPTModel returning hidden states) and the builder;
 * ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
 * ``checkpoint``, ``student``: distributed checkpoints and the ``Student`` facade the trainer uses;
+* ``pipeline``: forward-only logits through megatron's pipeline schedules (verification, tests);
 * ``release``: the Hugging Face release folder (``launch/convert_to_hf.py``);
 * ``tiny``: deterministic tiny random HF checkpoints for tests and the CPU demo.
 

@@ -169,7 +169,6 @@ def build_tiny_hf_checkpoint(
         torch.manual_seed(seed)
         model = _new_model(arch, text, vision_language)
     gen = torch.Generator().manual_seed(seed)
-    state = {}
     with torch.no_grad():
         for name, param in sorted(model.state_dict().items()):
             param.copy_(_random_value(name, param.shape, arch == "qwen3_5", gen))

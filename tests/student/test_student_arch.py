@@ -98,6 +98,21 @@ def test_tiny_vision_language_checkpoint_carries_vision_and_mtp(tmp_path):
     assert type(AutoModelForCausalLM.from_pretrained(path)).__name__ == "Qwen3_5ForCausalLM"
 
 
+def test_tiny_checkpoint_takes_tokenizer_files_and_ids(tmp_path):
+    from student_fixtures import build_test_tokenizer
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tokenizer_dir = build_test_tokenizer(tmp_path / "tokenizer")
+    path = build_tiny_hf_checkpoint(tmp_path / "m", arch="qwen3", vocab_size=300, seed=0, tokenizer_dir=tokenizer_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    im_end, end_of_text = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|endoftext|>"])
+    generation = GenerationConfig.from_pretrained(path)
+    assert generation.eos_token_id == [im_end, end_of_text] and generation.pad_token_id == end_of_text
+    assert (path / "chat_template.jinja").is_file()
+    with pytest.raises(ValueError, match="more than vocab_size=100"):
+        build_tiny_hf_checkpoint(tmp_path / "small", arch="qwen3", vocab_size=100, seed=0, tokenizer_dir=tokenizer_dir)
+
+
 def test_tiny_checkpoint_rejects_unknown_arch(tmp_path):
     with pytest.raises(ValueError, match="arch must be 'qwen3' or 'qwen3_5'"):
         build_tiny_hf_checkpoint(tmp_path / "x", arch="llama", vocab_size=100, seed=0)
