@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))  # student_fixtures (test tokenizer)
+sys.path.insert(0, str(Path(__file__).parent))  # student_helpers (test tokenizer, round-trip check)
 
 VOCAB = 300
 TOLERANCE = {"torch": 1e-4, "fla": 2e-3}  # FLA's Triton dots may use TF32
@@ -81,7 +81,7 @@ def check_model(paths, refs, ids, weights, device) -> None:
             diff = (forward_logits(student, ids) - refs[name]["logits"]).abs().max().item()
             record(f"{name} logits vs HF, gdn={backend} (forward)", diff, TOLERANCE[backend])
             if name == "qwen3_5" and backend == "torch":
-                from student_fixtures import roundtrip_mismatches
+                from student_helpers import roundtrip_mismatches
 
                 record("qwen3_5 HF->megatron->HF mismatching tensors", len(roundtrip_mismatches(student, path)), 0)
             dims.destroy()
@@ -118,7 +118,7 @@ def check_fla_backward_refusal(path, ids, device) -> None:
 
 
 def check_checkpoint_and_release(paths, work: Path, ids, device) -> None:
-    from student_fixtures import build_test_tokenizer
+    from student_helpers import build_test_tokenizer
 
     from dnmopd.student import BuildOptions, ParallelDims, Student
     from dnmopd.student.pipeline import forward_logits

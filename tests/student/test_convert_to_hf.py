@@ -12,7 +12,8 @@ import pytest
 import torch
 from distributed import run_workers
 from safetensors.torch import load_file
-from student_fixtures import build_test_tokenizer, hf_logits, probe_ids, tiny_models  # noqa: F401
+from student_fixtures import tiny_models  # noqa: F401
+from student_helpers import build_test_tokenizer, hf_logits, probe_ids
 
 SCRIPT = Path(__file__).parents[2] / "launch" / "convert_to_hf.py"
 

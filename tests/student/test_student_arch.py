@@ -99,7 +99,7 @@ def test_tiny_vision_language_checkpoint_carries_vision_and_mtp(tmp_path):
 
 
 def test_tiny_checkpoint_takes_tokenizer_files_and_ids(tmp_path):
-    from student_fixtures import build_test_tokenizer
+    from student_helpers import build_test_tokenizer
     from transformers import AutoTokenizer, GenerationConfig
 
     tokenizer_dir = build_test_tokenizer(tmp_path / "tokenizer")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 from distributed import run_workers
-from student_fixtures import VOCAB, hf_logits, probe_ids, roundtrip_mismatches, tiny_models  # noqa: F401
+from student_fixtures import tiny_models  # noqa: F401
+from student_helpers import VOCAB, hf_logits, probe_ids, roundtrip_mismatches
 
 TOLERANCE = 1e-4
 

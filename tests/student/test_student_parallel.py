@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from distributed import run_workers
-from student_fixtures import hf_logits, probe_ids, roundtrip_mismatches, tiny_models  # noqa: F401
+from student_fixtures import tiny_models  # noqa: F401
+from student_helpers import hf_logits, probe_ids, roundtrip_mismatches
 
 TOLERANCE = 1e-4
 
