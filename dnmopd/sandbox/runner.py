@@ -39,7 +39,8 @@ class Limits:
     wall_time_s: float = 10.0
     """Wall-clock seconds for the whole run; then every process is killed, limit ``wall``."""
     memory_bytes: int = 1 << 30
-    """Address space per process (RLIMIT_AS): allocations fail (Python: MemoryError)."""
+    """Address space of each process (RLIMIT_AS: allocations fail, Python raises MemoryError), and resident
+    memory of all processes together (sampled every 20 ms or so: the run is killed, limit ``memory``)."""
     processes: int = 16
     """Processes and threads at once (RLIMIT_NPROC in a private user namespace): fork fails with EAGAIN."""
     file_size_bytes: int = 16 << 20
@@ -83,8 +84,9 @@ class SandboxResult:
     signal: int | None
     signal_name: str | None
     limit: str | None
-    """The limit that fired: ``wall``, ``cpu``, ``output``, ``file_size``, or None. Memory, process and
-    open-file limits make the program's own calls fail instead (MemoryError, EAGAIN, EMFILE). ``cpu`` and
+    """The limit that fired: ``wall``, ``cpu``, ``memory`` (all processes together), ``output``,
+    ``file_size``, or None. The per-process memory, process and open-file limits make the program's own
+    calls fail instead (MemoryError, EAGAIN, EMFILE). ``cpu`` and
     ``file_size`` are seen on processes the sandbox reaps (the first one and orphans); a child the program
     waits for itself reports through the program's own exit status."""
     cpu_time_s: float

@@ -143,7 +143,7 @@ def returns_match(got, want) -> bool:
 @dataclass(frozen=True, slots=True)
 class Judgment:
     """A verdict and why: ``passed``, ``no_program``, ``compile_error``, ``runtime_error``, ``time_limit``,
-    ``output_limit``, ``wrong_answer`` or ``infrastructure`` (verdict None)."""
+    ``memory_limit``, ``output_limit``, ``wrong_answer`` or ``infrastructure`` (verdict None)."""
 
     verdict: bool | None
     reason: str
@@ -168,9 +168,9 @@ class CodeJudge:
         busy machine, which stretches wall time but not CPU time, does not fail correct programs."""
         total_timeout_s: float = 30.0
         """Wall seconds for all tests of one judgment together; past it the program fails."""
-        memory_bytes: int = 2 << 30
-        """Address space per process of the program."""
-        max_processes: int = 16
+        memory_bytes: int = 1 << 30
+        """Address space of each process of the program, and resident memory of all of them together."""
+        max_processes: int = 8
         """Processes and threads the program may have at once."""
         output_bytes: int = 16 << 20
         """stdout kept per test; more output fails the test."""
@@ -246,8 +246,8 @@ class CodeJudge:
             raise SandboxError(f"the run got isolation {result.isolation!r} ({result.fallback_reason})")
         if result.limit in ("wall", "cpu"):
             return Judgment(False, "time_limit", index, f"{result.limit} limit")
-        if result.limit == "output":
-            return Judgment(False, "output_limit", index)
+        if result.limit in ("output", "memory"):
+            return Judgment(False, f"{result.limit}_limit", index)
         if result.exit_code == COMPILE_ERROR_EXIT and not result.stdout:
             return Judgment(False, "compile_error", index, result.stderr[-2000:])
         if not result.ok:

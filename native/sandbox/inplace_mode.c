@@ -1,7 +1,6 @@
 /* Levels without namespaces: the program runs in the caller's view of the system, confined by
  * Landlock (when available) and seccomp, under rlimits, as a private uid when the caller is root.
  * This process is the subreaper of everything the program starts, so it can find and kill it all. */
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,6 +14,7 @@
 
 #include "fs.h"
 #include "modes.h"
+#include "proctree.h"
 #include "supervise.h"
 
 #define RUN_ID_BASE 0x40000000u
@@ -22,26 +22,6 @@
 unsigned run_id_for_root(void)
 {
     return RUN_ID_BASE + (unsigned)getpid();
-}
-
-/* Calls visit(pid, text of /proc/<pid>/<file>, arg) for every process. */
-static void for_each_process(const char *file, void (*visit)(pid_t, const char *, void *), void *arg)
-{
-    DIR *d = opendir("/proc");
-    if (!d)
-        return;
-    struct dirent *e;
-    char path[64], text[2048];
-    while ((e = readdir(d))) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%ld/%s", pid, file);
-        if (read_small_file(path, text, sizeof text) > 0)
-            visit((pid_t)pid, text, arg);
-    }
-    closedir(d);
 }
 
 struct task_count {
@@ -67,64 +47,10 @@ static unsigned long tasks_of(uid_t uid)
     return c.tasks;
 }
 
-struct process_table {
-    pid_t *pid, *ppid;
-    size_t n, cap;
-};
-
-static void collect(pid_t pid, const char *stat, void *arg)
-{
-    struct process_table *t = arg;
-    const char *after_name = strrchr(stat, ')'); /* the name may contain spaces and parentheses */
-    int ppid;
-    if (!after_name || sscanf(after_name + 1, " %*c %d", &ppid) != 1)
-        return;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 256;
-        pid_t *p = realloc(t->pid, cap * sizeof *p), *pp = p ? realloc(t->ppid, cap * sizeof *pp) : NULL;
-        if (p)
-            t->pid = p;
-        if (!pp)
-            return;
-        t->ppid = pp;
-        t->cap = cap;
-    }
-    t->pid[t->n] = pid;
-    t->ppid[t->n++] = (pid_t)ppid;
-}
-
-/* SIGKILLs every descendant found now; returns how many there were. */
-static size_t kill_descendants(void)
-{
-    struct process_table t = {0};
-    for_each_process("stat", collect, &t);
-    char *mine = calloc(t.n ? t.n : 1, 1);
-    size_t found = 0;
-    for (bool grew = true; grew && mine;) { /* mark children of self or of marked processes */
-        grew = false;
-        for (size_t i = 0; i < t.n; i++)
-            if (!mine[i] && t.ppid[i] == getpid())
-                mine[i] = grew = true;
-            else if (!mine[i])
-                for (size_t j = 0; j < t.n; j++)
-                    if (mine[j] && t.pid[j] == t.ppid[i]) {
-                        mine[i] = grew = true;
-                        break;
-                    }
-    }
-    for (size_t i = 0; mine && i < t.n; i++)
-        if (mine[i] && kill(t.pid[i], SIGKILL) == 0)
-            found++;
-    free(mine);
-    free(t.pid);
-    free(t.ppid);
-    return found;
-}
-
 static void kill_tree(struct reaper *reaper)
 {
     for (;;) {
-        size_t found = kill_descendants();
+        size_t found = kill_descendants(getpid());
         int rc = reap_children(reaper, false);
         if (found == 0 && rc < 0 && errno == ECHILD)
             return;
@@ -191,6 +117,9 @@ static enum outcome supervise(struct supervisor *sv, struct reaper *reaper,
         case EVENT_OUTPUT:
             r->limit = LIMIT_OUTPUT;
             break;
+        case EVENT_MEMORY:
+            r->limit = LIMIT_MEMORY;
+            break;
         default:
             fail_errno(err, "supervising the program");
             return RUN_ERROR;
@@ -237,8 +166,10 @@ enum outcome run_in_place(const struct options *o, enum isolation level, struct 
     struct supervisor sv = {
         .out_fd = out[0], .err_fd = errp[0], .ctl_fd = ctl[0], .child_fd = child_fd,
         .output_limit = o->output_bytes, .deadline = reaper.started_at + o->wall_time_s,
-        .out = &r->out, .err = &r->err,
+        .memory_limit = o->memory_bytes, .out = &r->out, .err = &r->err,
     };
+    if (reaper.main_pid > 0)
+        watch_memory(&sv, getpid());
     enum outcome outcome;
     if (reaper.main_pid < 0 || child_fd < 0)
         outcome = (enum outcome)fail_errno(err, "starting the program");

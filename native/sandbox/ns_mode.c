@@ -116,8 +116,8 @@ static int write_id_maps(pid_t pid, bool privileged, struct error *err)
 }
 
 /* Runs the supervisor's side until the program ends, a limit fires or setup fails. */
-static enum outcome supervise_namespaces(const struct options *o, struct supervisor *sv, struct run_result *r,
-                                         struct error *err)
+static enum outcome supervise_namespaces(const struct options *o, pid_t init_pid, struct supervisor *sv,
+                                         struct run_result *r, struct error *err)
 {
     double started_at = 0;
     for (;;) {
@@ -127,6 +127,7 @@ static enum outcome supervise_namespaces(const struct options *o, struct supervi
             if (m.kind == MSG_STARTED) {
                 started_at = monotonic_seconds();
                 sv->deadline = started_at + o->wall_time_s;
+                watch_memory(sv, init_pid);
                 r->proc_mounted = m.flags & FLAG_PROC_MOUNTED;
                 continue;
             }
@@ -147,6 +148,9 @@ static enum outcome supervise_namespaces(const struct options *o, struct supervi
             break;
         case EVENT_OUTPUT:
             r->limit = LIMIT_OUTPUT;
+            break;
+        case EVENT_MEMORY:
+            r->limit = LIMIT_MEMORY;
             break;
         default:
             fail(err, "the sandbox's init process ended unexpectedly");
@@ -192,7 +196,7 @@ enum outcome run_namespaces(const struct options *o, bool probe_only, struct run
     struct supervisor sv = {
         .out_fd = out[0], .err_fd = errp[0], .ctl_fd = ctl[0], .child_fd = -1,
         .output_limit = o->output_bytes, .deadline = monotonic_seconds() + SETUP_TIMEOUT_S,
-        .out = &r->out, .err = &r->err,
+        .memory_limit = o->memory_bytes, .out = &r->out, .err = &r->err,
     };
     enum outcome outcome = RUN_UNAVAILABLE;
     if (pid < 0) {
@@ -200,7 +204,7 @@ enum outcome run_namespaces(const struct options *o, bool probe_only, struct run
         fail_errno(err, "creating namespaces (clone)");
     } else {
         if (write_id_maps(pid, privileged, err) == 0 && write_all(sync[1], "x", 1) == 0)
-            outcome = supervise_namespaces(o, &sv, r, err);
+            outcome = supervise_namespaces(o, pid, &sv, r, err);
         kill(pid, SIGKILL); /* ends the pid namespace, and with it every process the program made */
         waitpid(pid, NULL, 0);
         drain_output(&sv, 2.0);

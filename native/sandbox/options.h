@@ -28,7 +28,7 @@ struct options {
     enum isolation isolation;
     double cpu_time_s;               /* per process, RLIMIT_CPU (rounded up to whole seconds) */
     double wall_time_s;              /* whole run */
-    unsigned long long memory_bytes; /* per process, RLIMIT_AS */
+    unsigned long long memory_bytes; /* per process (RLIMIT_AS) and all processes together (resident) */
     unsigned long processes;         /* tasks (processes and threads) at once, RLIMIT_NPROC */
     unsigned long long file_size_bytes; /* per file, RLIMIT_FSIZE */
     unsigned long open_files;        /* per process, RLIMIT_NOFILE */

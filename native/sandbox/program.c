@@ -24,7 +24,7 @@ const unsigned long default_ro_count = sizeof default_ro_paths / sizeof default_
 
 const char *limit_name(enum limit limit)
 {
-    static const char *const names[] = {NULL, "wall", "output", "cpu", "file_size"};
+    static const char *const names[] = {NULL, "wall", "output", "memory", "cpu", "file_size"};
     return names[limit];
 }
 

@@ -9,6 +9,11 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "proctree.h"
+
+#define MEMORY_CHECK_MIN_INTERVAL_S 0.02
+#define MEMORY_CHECK_MAX_SHARE 20 /* sample at most 1/20 of the time */
+
 int make_pipe(int fds[2], struct error *err)
 {
     return pipe2(fds, O_CLOEXEC) ? fail_errno(err, "pipe") : 0;
@@ -73,6 +78,24 @@ static int timeout_ms(double deadline)
     return left <= 0 ? 0 : (int)ceil(left * 1000.0);
 }
 
+void watch_memory(struct supervisor *s, pid_t root)
+{
+    s->tree_root = root;
+    s->next_memory_check = monotonic_seconds() + MEMORY_CHECK_MIN_INTERVAL_S;
+}
+
+/* Returns true when the program's processes together hold more than the memory limit. */
+static bool over_memory(struct supervisor *s)
+{
+    double start = monotonic_seconds();
+    if (s->tree_root <= 0 || start < s->next_memory_check)
+        return false;
+    long long rss = descendants_rss_bytes(s->tree_root);
+    double now = monotonic_seconds(), spent = (now - start) * MEMORY_CHECK_MAX_SHARE;
+    s->next_memory_check = now + (spent > MEMORY_CHECK_MIN_INTERVAL_S ? spent : MEMORY_CHECK_MIN_INTERVAL_S);
+    return rss > (long long)s->memory_limit;
+}
+
 enum event next_event(struct supervisor *s, struct message *m)
 {
     for (;;) {
@@ -82,7 +105,10 @@ enum event next_event(struct supervisor *s, struct message *m)
         };
         if (monotonic_seconds() >= s->deadline)
             return EVENT_WALL;
-        int n = poll(fds, 4, timeout_ms(s->deadline));
+        if (over_memory(s))
+            return EVENT_MEMORY;
+        double wake = s->tree_root > 0 && s->next_memory_check < s->deadline ? s->next_memory_check : s->deadline;
+        int n = poll(fds, 4, timeout_ms(wake));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)

@@ -41,6 +41,16 @@ static void case_memory_bomb(struct context *c)
     report_free(&r);
 }
 
+static void case_spread_memory(struct context *c)
+{
+    struct report r; /* 8 processes x 160 MiB: each under --memory, together far over it */
+    run_sandbox(c, (const char *[]){"--wall-time=20", NULL}, "spread_memory", NULL, NULL, &r);
+    expect(c, equals(report_get(&r, "limit"), "memory"), "limit %s, want memory", report_get(&r, "limit"));
+    expect(c, equals(report_get(&r, "signal_name"), "SIGKILL") && report_number(&r, "wall_time_s") < 15,
+           "the run must be killed as soon as its processes together exceed the limit");
+    report_free(&r);
+}
+
 static void case_infinite_loop(struct context *c)
 {
     struct report r;
@@ -233,6 +243,7 @@ static void case_usage_errors(struct context *c)
 
 const struct attack_case attack_cases[] = {
     {"fork_bomb", case_fork_bomb, false},       {"memory_bomb", case_memory_bomb, false},
+    {"spread_memory", case_spread_memory, false},
     {"infinite_loop", case_infinite_loop, false}, {"sleep", case_sleep, false},
     {"write_outside", case_write_outside, true}, {"read_secret", case_read_secret, true},
     {"network", case_network, false},           {"output_flood", case_output_flood, false},

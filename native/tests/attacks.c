@@ -46,6 +46,24 @@ static int memory_bomb(void)
     return 0;
 }
 
+/* Memory spread over processes, each under the per-process limit. */
+static __attribute__((noreturn)) int spread_memory(void)
+{
+    for (int i = 0; i < 7; i++)
+        if (fork() == 0)
+            break;
+    const size_t chunk = 32u << 20;
+    for (int i = 0; i < 5; i++) {
+        char *p = malloc(chunk);
+        if (p)
+            memset(p, 1, chunk);
+    }
+    printf("holding\n");
+    fflush(stdout);
+    for (;;)
+        pause();
+}
+
 static __attribute__((noreturn)) int infinite_loop(void)
 {
     for (volatile unsigned long x = 0;; x++)
@@ -208,6 +226,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (!strcmp(name, "fork_bomb")) return fork_bomb();
     if (!strcmp(name, "memory_bomb")) return memory_bomb();
+    if (!strcmp(name, "spread_memory")) return spread_memory();
     if (!strcmp(name, "infinite_loop")) return infinite_loop();
     if (!strcmp(name, "sleep")) return sleep_forever();
     if (!strcmp(name, "write_outside")) return write_outside(argv[2], arg1);

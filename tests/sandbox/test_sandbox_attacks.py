@@ -72,6 +72,19 @@ def test_memory_bomb_gets_memory_error(level):
     assert r.peak_memory_bytes < 256 << 20 and r.limit is None
 
 
+def test_memory_spread_over_processes_hits_the_total_limit(level):
+    r = attack(level, """
+        import os, time
+        for _ in range(5):
+            if os.fork() == 0:
+                break
+        hoard = [bytearray(32 << 20) for _ in range(5)]  # 160 MiB each, 960 MiB in all
+        print("holding", flush=True)
+        time.sleep(60)
+        """, token(), Limits(memory_bytes=256 << 20, wall_time_s=30))
+    assert (r.limit, r.signal_name) == ("memory", "SIGKILL") and r.wall_time_s < 20, r
+
+
 def test_infinite_loop_hits_the_cpu_limit(level):
     r = attack(level, "while True: pass", token(), Limits(cpu_time_s=1, wall_time_s=20))
     assert (r.limit, r.signal_name, r.exit_code) == ("cpu", "SIGXCPU", None)

@@ -27,7 +27,9 @@ OWN_TASKS = {name: task for name, task in
              json.loads((ROOT / "tests" / "fixtures" / "sandbox" / "code_tasks.json").read_text()).items()
              if not name.startswith("_")}
 POOLED = CodeJudge.Config(workers=2)  # default limits: a busy machine must not fail correct programs
-QUICK_TIMEOUTS = CodeJudge.Config(test_timeout_s=1.0, test_wall_timeout_s=2.0)
+# A CPU-bound program meets the CPU limit first even on a machine busy enough to slow it down 10x.
+CPU_LIMITED = CodeJudge.Config(test_timeout_s=1.0, test_wall_timeout_s=15.0)
+WALL_LIMITED = CodeJudge.Config(test_timeout_s=1.0, test_wall_timeout_s=1.0)
 
 
 def key(row: dict) -> str:
@@ -133,22 +135,25 @@ def test_memory_hungry_programs_fail_with_memory_error():
         hog = program_for(row, "chunks = []\nwhile True:\n    chunks.append(bytearray(32 << 20))")
         j = small.judge_details(fenced(hog), row["label"])
         assert (j.verdict, j.reason) == (False, "runtime_error") and "MemoryError" in j.detail, j
+    row = SAMPLE_TASKS[0]
+    spread = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        break\n" \
+             "hoard = [bytearray(32 << 20) for _ in range(4)]\ntime.sleep(20)\n"
+    j = small.judge_details(fenced(spread), row["label"])
+    assert (j.verdict, j.reason) == (False, "memory_limit"), j
 
 
 def test_slow_programs_fail_on_the_per_test_and_on_the_global_limit(code_judge):
-    stdin_task = min((r for r in SAMPLE_TASKS if "fn_name" not in json.loads(r["label"])),
-                     key=lambda r: len(json.loads(r["label"])["inputs"]))
+    stdin_task = next(r for r in SAMPLE_TASKS if len(json.loads(r["label"])["inputs"]) == 4)
     call_task = next(r for r in SAMPLE_TASKS if "fn_name" in json.loads(r["label"]))
-    quick = CodeJudge(QUICK_TIMEOUTS)
     for row in (stdin_task, call_task):
-        j = quick.judge_details(fenced(program_for(row, "while True:\n    pass")), row["label"])
+        j = CodeJudge(CPU_LIMITED).judge_details(fenced(program_for(row, "while True:\n    pass")), row["label"])
         assert (j.verdict, j.reason, j.failed_test, j.detail) == (False, "time_limit", 0, "cpu limit"), j
-    j = quick.judge_details(fenced(program_for(stdin_task, "import time\ntime.sleep(30)")), stdin_task["label"])
+    sleeper = fenced(program_for(stdin_task, "import time\ntime.sleep(30)"))
+    j = CodeJudge(WALL_LIMITED).judge_details(sleeper, stdin_task["label"])
     assert (j.verdict, j.reason, j.detail) == (False, "time_limit", "wall limit"), j
-    tests = len(json.loads(stdin_task["label"])["inputs"])
+    # 4 tests of 1 s each within 3.5 s: each test is far within its own limit, all together are not.
     slow_but_right = "import time\ntime.sleep(1)\n" + SOLUTIONS[key(stdin_task)]
-    tight = CodeJudge(CodeJudge.Config(test_timeout_s=2, test_wall_timeout_s=tests - 0.5,
-                                       total_timeout_s=tests - 0.5))
+    tight = CodeJudge(CodeJudge.Config(test_timeout_s=2, test_wall_timeout_s=3.5, total_timeout_s=3.5))
     j = tight.judge_details(fenced(slow_but_right), stdin_task["label"])
     assert (j.verdict, j.reason) == (False, "time_limit") and j.failed_test >= 1, j  # earlier tests passed
     assert code_judge.judge(fenced(slow_but_right), stdin_task["label"]) is True
