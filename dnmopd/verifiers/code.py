@@ -128,14 +128,23 @@ def outputs_match(got: str, want: str) -> bool:
         a == b or _is_close(a, b) for a, b in zip(got_tokens, want_tokens, strict=True))
 
 
+def _label_json(text: str, what: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"code label: call-based {what} {text[:80]!r} is not JSON ({error})") from error
+
+
 def _call_arguments(value) -> list:
     """A call-based input: a list of arguments, or a string of one JSON value per line (APPS)."""
-    return [json.loads(line) for line in value.split("\n")] if isinstance(value, str) else list(value)
+    if isinstance(value, str):
+        return [_label_json(line, "input line") for line in value.split("\n")]
+    return list(value)
 
 
 def returns_match(got, want) -> bool:
     """Call-based comparison of a JSON-decoded return value with the expected value."""
-    want = json.loads(want) if isinstance(want, str) else want
+    want = _label_json(want, "output") if isinstance(want, str) else want
     want = json.loads(json.dumps(want))  # tuples -> lists, int keys -> str, as the return value went
     return got == want or (isinstance(want, list) and len(want) > 0 and got == want[0])
 
@@ -253,7 +262,11 @@ class CodeJudge:
         if not result.ok:
             return Judgment(False, "runtime_error", index, result.stderr[-2000:] or str(result.signal_name))
         if call:
-            matched = returns_match(json.loads(result.stdout), expected)
+            try:
+                returned = json.loads(result.stdout)
+            except json.JSONDecodeError:  # the program wrote into the result channel itself
+                return Judgment(False, "wrong_answer", index, f"not a JSON result: {result.stdout[:200]!r}")
+            matched = returns_match(returned, expected)
         else:
             matched = outputs_match(result.stdout, _text(expected))
         return None if matched else Judgment(False, "wrong_answer", index, result.stdout[:2000])

@@ -99,6 +99,8 @@ def test_malformed_labels_raise_with_the_problem_named():
         parse_label('{"inputs": "1", "outputs": ["1"]}')
     with pytest.raises(ValueError, match="fn_name"):
         parse_label('{"inputs": [[1]], "outputs": [1], "fn_name": "os.system"}')
+    with pytest.raises(ValueError, match="call-based output"):
+        returns_match(1, "[1,")
 
 
 def test_config_errors_name_the_field():
@@ -182,6 +184,10 @@ def test_a_call_based_program_cannot_print_its_own_result(code_judge):
     expected = json.dumps(json.loads(row["label"])["outputs"][0])
     forger = f"import sys\ndef {fn_name}(*args):\n    print({expected!r})\n    sys.stdout.flush()\n    return None\n"
     assert code_judge.judge_details(fenced(forger), row["label"]).reason == "wrong_answer"
+    scribbler = f"import os\ndef {fn_name}(*args):\n    for fd in range(3, 10):\n        try:\n" \
+                f"            os.write(fd, b'garbage')\n        except OSError:\n            pass\n    return 0\n"
+    judgment = code_judge.judge_details(fenced(scribbler), row["label"])
+    assert (judgment.verdict, judgment.reason) == (False, "wrong_answer"), judgment
 
 
 def test_sandbox_failure_is_no_verdict_not_false(monkeypatch, tmp_path):
