@@ -9,6 +9,8 @@ megatron-core assumes CUDA in three ways; each is handled here and nowhere else:
 2. Hard-coded ``device="cuda"`` literals (causal masks, pipeline schedules, checkpoint exchange,
    ``Tensor.cuda()``): a process-wide ``TorchFunctionMode`` rewrites any CUDA device argument to CPU.
 3. Pinned host memory: ``pin_memory=True`` is dropped (it needs a CUDA driver).
+4. dtype checks written as ``tensor.type() == "torch.cuda.FloatTensor"`` (gradient clipping, the optimizers):
+   ``Tensor.type()`` without arguments reports a CPU tensor by its CUDA type name.
 
 The runtime calls :func:`enable_cpu_compat` explicitly when no GPU is present. On a machine with CUDA it
 does nothing and returns False, so GPU runs are never affected. Model code must still choose
@@ -48,6 +50,9 @@ class _CudaToCpuMode(TorchFunctionMode):
             kwargs["pin_memory"] = False
         if func is torch.Tensor.cuda:
             return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name if name.startswith("torch.cuda.") else name.replace("torch.", "torch.cuda.", 1)
         if func is torch.Tensor.to and len(args) > 1 and _is_cuda_device(args[1]):
             args = (args[0], _CPU, *args[2:])
         return func(*args, **kwargs)

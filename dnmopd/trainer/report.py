@@ -2,6 +2,7 @@
 
     multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
     reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
+    reverse_kl_full_vocab.png   exact full-vocabulary reverse KL per domain (full-vocab loss runs)
     phase_times.png   seconds per update spent in each phase (stacked)
     training.png      loss, mean response length and throughput
 
@@ -111,7 +112,10 @@ def draw_report(run_dir: str | Path) -> list[Path]:
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
     drawn = [_plot_multipliers(records, out),
-             _plot_lines(records, out, "kl/", "reverse_kl.png", "Reverse KL to the routed teacher", "KL (nats/token)"),
+             _plot_lines(records, out, "kl/", "reverse_kl.png", "Reverse KL to the routed teacher (sampled tokens)",
+                         "KL (nats/token)"),
+             _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
+                         "Reverse KL to the routed teacher (full vocabulary)", "KL (nats/token)"),
              _plot_phase_times(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 

@@ -1,0 +1,214 @@
+"""The run config: one typed tree, loaded from YAML (`dnmopd.config.load_config`), saved resolved in the run
+directory. Components own their sections' dataclasses (`X.Config`); this module composes them and checks the
+rules that cross components."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated
+
+from dnmopd.config import Backend, Choice
+from dnmopd.data.sampler import PromptSampler
+from dnmopd.rollout import rollout_class
+from dnmopd.rollout.base import SamplingParams
+from dnmopd.student.parallel import ParallelDims
+from dnmopd.student.student import Student
+from dnmopd.teachers import teacher_class
+from dnmopd.teachers.fleet import TeacherFleet
+from dnmopd.trainer.method import MethodConfig
+from dnmopd.trainer.metrics import MetricsLogger
+
+RUN_MODES = ("opd", "grpo", "sft")
+SAMPLES_PREFIX = "samples:"
+
+
+def teacher_config_class(backend: str) -> type:
+    return teacher_class(backend).Config
+
+
+def rollout_config_class(backend: str) -> type:
+    return rollout_class(backend).Config
+
+
+def resolve_data_path(path: Path) -> Path:
+    """`samples:<file>` names a file of the embedded sample data; other paths are used as given."""
+    text = str(path)
+    if text.startswith(SAMPLES_PREFIX):
+        from dnmopd.data.sample_data import sample_file
+
+        return sample_file(text[len(SAMPLES_PREFIX):])
+    return path
+
+
+@dataclass(kw_only=True, slots=True)
+class RunConfig:
+    name: str
+    """Run name: outputs go to <output_dir>/<name> (resolved config, metrics, checkpoints, plots, release)."""
+    output_dir: Path = Path("runs")
+    """Parent folder of run directories."""
+    mode: str = "opd"
+    """opd (on-policy distillation of a student), grpo (RL of a domain teacher), sft (SeqKD-SFT)."""
+    seed: int = 1234
+    """Seed of model-parallel RNG, dropout and the in-process rollout's sampling."""
+
+    def __post_init__(self):
+        if self.mode not in RUN_MODES:
+            raise ValueError(f"run.mode must be one of {RUN_MODES}, got {self.mode!r}")
+
+    @property
+    def directory(self) -> Path:
+        return self.output_dir / self.name
+
+
+@dataclass(kw_only=True, slots=True)
+class DataConfig:
+    train_file: Path = Path("samples:student/train_3domain.jsonl")
+    """Prompt file in the release schema (`samples:<file>` = the embedded sample data)."""
+    domains: list[str] = field(default_factory=lambda: ["math", "code", "ifeval"])
+    """Domains in a fixed order (the columns of the DN statistics); every row's metadata.domain must be one."""
+    sampler: PromptSampler.Config = field(default_factory=PromptSampler.Config)
+    samples_per_prompt: int = 8
+    """n: responses sampled per prompt (the paper: 8)."""
+    max_prompt_tokens: int = 2048
+    """Longer prompts are dropped at start-up (and reported)."""
+    on_bad_row: str = "fail"
+    """fail: a malformed row stops the run; skip: it is left out and reported."""
+
+    def __post_init__(self):
+        if self.samples_per_prompt < 1 or self.max_prompt_tokens < 1:
+            raise ValueError("data.samples_per_prompt and data.max_prompt_tokens must be >= 1")
+        if self.on_bad_row not in ("fail", "skip"):
+            raise ValueError(f"data.on_bad_row must be fail or skip, got {self.on_bad_row!r}")
+        if len(set(self.domains)) != len(self.domains) or not self.domains:
+            raise ValueError(f"data.domains must be a non-empty list of distinct names, got {self.domains}")
+
+
+@dataclass(kw_only=True, slots=True)
+class RolloutConfig:
+    engine: Annotated[Choice, Backend(rollout_config_class)]
+    """The student's generation engine: {backend: inprocess | sglang | vllm, ...its options}."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TeachersConfig:
+    models: list[Annotated[Choice, Backend(teacher_config_class)]] = field(default_factory=list)
+    """One entry per teacher: {backend: inprocess | sglang | vllm, name: ..., ...its options}."""
+    fleet: TeacherFleet.Config = field(default_factory=TeacherFleet.Config)
+    """Failure policy (on_failure: mask | stop)."""
+
+    def names(self) -> list[str]:
+        return [m.config.name for m in self.models]
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimizerConfig:
+    name: str = "adam"
+    """adam (the paper's) or sgd (with momentum; steadier than Adam when a tiny batch makes gradients noisy)."""
+    lr: float = 1e-6
+    """Peak learning rate."""
+    min_lr: float = 0.0
+    """Final learning rate of the cosine/linear decay."""
+    lr_warmup_updates: int = 5
+    """Linear warm-up over this many optimizer steps (clamped to the run's length - 1)."""
+    lr_decay_style: str = "constant"
+    """constant, linear or cosine after the warm-up."""
+    weight_decay: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-8
+    sgd_momentum: float = 0.9
+    clip_grad: float = 1.0
+    """Clip the global gradient norm to this value (0: off)."""
+
+    def __post_init__(self):
+        if self.name not in ("adam", "sgd"):
+            raise ValueError(f"optimizer.name must be adam or sgd, got {self.name!r}")
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ValueError(f"optimizer: need 0 <= min_lr <= lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
+        if self.lr_decay_style not in ("constant", "linear", "cosine"):
+            raise ValueError(f"optimizer.lr_decay_style must be constant, linear or cosine, "
+                             f"got {self.lr_decay_style!r}")
+        if self.lr_warmup_updates < 0 or self.clip_grad < 0:
+            raise ValueError("optimizer.lr_warmup_updates and optimizer.clip_grad must be >= 0")
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    updates: int = 80
+    """Rollout-update cycles to run."""
+    optimizer_steps_per_update: int = 1
+    """Optimizer steps per rollout batch (1: ratio == 1, no old-log-prob forward; >1: PPO epochs over
+    equal slices of the batch with old log-probs computed once)."""
+    micro_batch_tokens: int = 16384
+    """Padded tokens (sequences x longest sequence) per forward/backward micro-batch."""
+    logit_chunk_tokens: int | None = None
+    """Tokens per chunk of the fused LM-head kernel (None: sized by the kernel)."""
+
+    def __post_init__(self):
+        if self.updates < 1 or self.optimizer_steps_per_update < 1 or self.micro_batch_tokens < 1:
+            raise ValueError("train.updates, optimizer_steps_per_update and micro_batch_tokens must be >= 1")
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckpointConfig:
+    save_every: int = 10
+    """Save a resumable checkpoint every this many updates (and after the last one)."""
+    keep_last: int = 2
+    """Keep only this many newest checkpoints (0: keep all)."""
+    resume: bool = True
+    """Continue from the newest complete checkpoint in the run directory when there is one."""
+    export_hf: bool = True
+    """Write a Hugging Face release of the final student to <run_dir>/release."""
+
+    def __post_init__(self):
+        if self.save_every < 1 or self.keep_last < 0:
+            raise ValueError("checkpoint.save_every must be >= 1 and checkpoint.keep_last >= 0")
+
+
+@dataclass(kw_only=True, slots=True)
+class LoggingConfig:
+    metrics: MetricsLogger.Config = field(default_factory=MetricsLogger.Config)
+    progress: bool = True
+    """Show a live progress display on rank 0 (plain log lines when not a terminal)."""
+    report: bool = True
+    """Draw the PNG plots of the run at the end."""
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainerConfig:
+    run: RunConfig
+    student: Student.Config
+    """The student: hf_path of the initial weights + build options (dtype, GDN backend, recompute)."""
+    parallel: ParallelDims.Config = field(default_factory=ParallelDims.Config)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig
+    teachers: TeachersConfig = field(default_factory=TeachersConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def __post_init__(self):
+        if self.run.mode == "opd":
+            names = self.teachers.names()
+            if len(set(names)) != len(names):
+                raise ValueError(f"teachers.models: duplicate teacher names {names}")
+            missing = sorted(set(self.method.routing.teachers) - set(names))
+            if missing:
+                raise ValueError(f"method.routing names teachers {missing} that teachers.models does not define; "
+                                 f"defined: {names}")
+            if self.method.loss.kind == "full_vocab_reverse_kl":
+                remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
+                if remote:
+                    raise ValueError(f"method.loss.kind full_vocab_reverse_kl needs in-process teachers; {remote} "
+                                     "are servers (use sampled_token with them)")
+                if self.train.optimizer_steps_per_update != 1:
+                    raise ValueError("method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
+        prompts = self.data.sampler.prompts_per_rollout * self.data.samples_per_prompt
+        if prompts % self.train.optimizer_steps_per_update:
+            raise ValueError(f"{prompts} responses per update are not divisible into "
+                             f"train.optimizer_steps_per_update={self.train.optimizer_steps_per_update} equal steps")

@@ -1,0 +1,144 @@
+"""A distillation method = a routing mode + a multiplier mode (+ optional injection) + the loss options.
+
+Every method and control of the paper is a YAML preset of `MethodConfig` in configs/methods/:
+
+    label            routing label,   multipliers observe (measured and logged, all 1: the Label baseline)
+    dn_mopd          routing label,   multipliers dn
+    single_*         routing single,  multipliers observe
+    uniform_pool     routing pool,    multipliers observe
+    dynamic_router   routing dynamic, multipliers observe
+    fixed_*, frozen_update0           multipliers fixed constants
+    annealed_injection                label + injected teacher trajectories with advantage c(t)
+
+`Method` holds the runtime pieces (router, normalizer) and turns a scored batch into the per-response
+targets and multipliers the update needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from dnmopd.core import DEFAULT_BOUNDS, MODES, DomainNormalizer, Router, RoutingConfig
+from dnmopd.core.losses import validate_clip
+
+LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl")
+
+
+@dataclass(kw_only=True, slots=True)
+class NormalizerConfig:
+    mode: str = "observe"
+    """dn (DN-MOPD), observe (measure and log, apply 1), fixed (constants) or frozen (first measurable batch)."""
+    bounds: tuple[float, ...] = DEFAULT_BOUNDS
+    """Clip bounds (lower, upper) of sigma_all / sigma_d."""
+    fixed: dict[str, float] | None = None
+    """Per-domain constants for mode fixed, e.g. {math: 2.0, code: 1.0, ifeval: 0.25}."""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"normalizer.mode must be one of {MODES}, got {self.mode!r}")
+
+    def build(self, domains: Sequence[str], sync) -> DomainNormalizer:
+        return DomainNormalizer(domains, mode=self.mode, bounds=self.bounds, fixed=self.fixed, sync=sync)
+
+
+@dataclass(kw_only=True, slots=True)
+class InjectionConfig:
+    bank: Path
+    """Injection bank built by `python -m dnmopd.trainer.injection_bank` (teacher trajectories per prompt)."""
+    initial: float = 1.0
+    """c0: the constant advantage of injected trajectories at update 0, in (0, 2]."""
+    anneal_updates: int = 40
+    """A: c(t) = c0 * max(0, 1 - t / A) reaches 0 after A updates."""
+
+    def __post_init__(self):
+        if not 0 < self.initial <= 2:
+            raise ValueError(f"injection.initial must lie in (0, 2], got {self.initial}")
+        if self.anneal_updates < 1:
+            raise ValueError(f"injection.anneal_updates must be >= 1, got {self.anneal_updates}")
+
+
+@dataclass(kw_only=True, slots=True)
+class LossConfig:
+    kind: str = "sampled_token"
+    """sampled_token: the clipped surrogate on A_t = w_d (log p_T(y_t) - log p_S(y_t)) (the paper);
+    full_vocab_reverse_kl: w_d * KL(student || teacher) over the whole vocabulary at every response position
+    (in-process teachers only, through the fused kernel)."""
+    eps_low: float = 0.2
+    """PPO clip: ratio >= 1 - eps_low for negative advantages."""
+    eps_high: float = 0.2
+    """PPO clip: ratio <= 1 + eps_high for positive advantages."""
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (None: off)."""
+
+    def __post_init__(self):
+        if self.kind not in LOSS_KINDS:
+            raise ValueError(f"loss.kind must be one of {LOSS_KINDS}, got {self.kind!r}")
+        validate_clip(self.eps_low, self.eps_high, self.dual_clip)
+
+
+@dataclass(kw_only=True, slots=True)
+class MethodConfig:
+    name: str = "dn_mopd"
+    """Method name (for logs and the model card)."""
+    routing: RoutingConfig = field(default_factory=lambda: RoutingConfig(
+        mode="label", teachers=["code_teacher", "ifeval_teacher", "math_teacher"],
+        label_map={"default": "code_teacher", "math": "math_teacher", "code": "code_teacher",
+                   "ifeval": "ifeval_teacher"}))
+    """Which teacher's log-probs are each response's target."""
+    normalizer: NormalizerConfig = field(default_factory=lambda: NormalizerConfig(mode="dn"))
+    """Per-domain advantage multipliers."""
+    injection: InjectionConfig | None = None
+    """Annealed teacher-trajectory injection (label routing only; exclusive with dn/fixed multipliers)."""
+    loss: LossConfig = field(default_factory=LossConfig)
+
+    def __post_init__(self):
+        if self.injection is not None:
+            if self.routing.mode != "label":
+                raise ValueError("injection works with label routing only")
+            if self.normalizer.mode != "observe":
+                raise ValueError("injection is exclusive with applied multipliers: use normalizer.mode observe")
+
+
+class Method:
+    """Runtime of a method: routing of targets and the per-domain multipliers of every batch."""
+
+    def __init__(self, config: MethodConfig, domains: Sequence[str], sync=None):
+        self.config = config
+        self.domains = tuple(domains)
+        self.router = Router(config.routing)
+        self.normalizer = config.normalizer.build(self.domains, sync)
+
+    def teachers_needed(self, domain: str) -> tuple[str, ...]:
+        return self.router.teachers_needed(domain)
+
+    def targets(
+        self, domains: Sequence[str], scores: Sequence[Mapping[str, torch.Tensor | None]], lengths: Sequence[int]
+    ) -> tuple[list[torch.Tensor | None], list[str | None]]:
+        """Per response: the target log-probs (None when a needed teacher failed and the sample is masked)
+        and the applied teacher's name."""
+        targets, applied = [], []
+        for domain, per_teacher, length in zip(domains, scores, lengths, strict=True):
+            needed = self.teachers_needed(domain)
+            if any(per_teacher.get(name) is None for name in needed):
+                targets.append(None)
+                applied.append(None)
+                continue
+            target, name = self.router.target(domain, per_teacher, length)
+            targets.append(target)
+            applied.append(name)
+        return targets, applied
+
+    def domain_index(self, domain: str) -> int:
+        if domain not in self.domains:
+            raise ValueError(f"domain {domain!r} is not one of the run's domains {list(self.domains)}")
+        return self.domains.index(domain)
+
+    def state_dict(self) -> dict:
+        return {"normalizer": self.normalizer.state_dict()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.normalizer.load_state_dict(state["normalizer"])

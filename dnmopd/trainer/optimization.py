@@ -1,0 +1,93 @@
+"""Megatron data parallelism, optimizer and learning-rate schedule for the student.
+
+Loss scaling convention: every loss this trainer hands to megatron's schedules is already this rank's share
+of the global objective (normalized by the global response or token count), so
+
+- `calculate_per_token_loss = True`: the schedules neither divide by the number of micro-batches nor
+  by a token count, and DDP sums gradients over data-parallel ranks instead of averaging them;
+- `finalize_model_grads` runs without a token count (no further scaling).
+
+Summing the ranks' shares then gives exactly the gradient of the global objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+
+
+@dataclass
+class Optimization:
+    model: list  # DDP-wrapped chunks
+    optimizer: object
+    scheduler: object
+
+    def zero_grad(self) -> None:
+        for chunk in self.model:
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+
+    def step(self) -> tuple[bool, float | None]:
+        """Optimizer step and LR schedule; returns (applied, global grad norm)."""
+        applied, grad_norm, _ = self.optimizer.step()
+        if applied:
+            self.scheduler.step(increment=1)
+        return applied, grad_norm
+
+    def learning_rate(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
+
+    def state_dict(self) -> dict:
+        return {"scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def _finalize_without_token_scaling(finalize, model, num_tokens, **kwargs):
+    """megatron's finalize_model_grads (DP reduction, tied-embedding sync across stages) without the division by
+    the token count that `calculate_per_token_loss` would otherwise apply: our losses are normalized already."""
+    return finalize(model, None, **kwargs)
+
+
+def build_optimization(student, config, total_steps: int) -> Optimization:
+    """Wrap the student's chunks in megatron DDP and build the optimizer and the LR schedule.
+
+    config: `TrainerConfig.optimizer`; total_steps: optimizer steps of the whole run.
+    """
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    on_gpu = torch.cuda.is_available()
+    chunks = student.chunks
+    for chunk in chunks:
+        chunk.config.calculate_per_token_loss = True
+    ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=on_gpu,
+                                               overlap_grad_reduce=False)
+    model = [DistributedDataParallel(config=chunk.config, ddp_config=ddp_config, module=chunk,
+                                     pg_collection=student.dims.pg) for chunk in chunks]
+    model_config = chunks[0].config
+    model_config.finalize_model_grads_func = partial(_finalize_without_token_scaling, finalize_model_grads)
+    model_config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
+    dtype = next(chunks[0].parameters()).dtype
+    optimizer_config = OptimizerConfig(
+        optimizer=config.name, lr=config.lr, min_lr=config.min_lr, weight_decay=config.weight_decay,
+        sgd_momentum=config.sgd_momentum,
+        adam_beta1=config.adam_beta1, adam_beta2=config.adam_beta2, adam_eps=config.adam_eps,
+        clip_grad=config.clip_grad, bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        params_dtype=dtype, use_distributed_optimizer=on_gpu,
+    )
+    optimizer = get_megatron_optimizer(optimizer_config, model)
+    if dtype == torch.float16:
+        model_config.grad_scale_func = optimizer.scale_loss
+    warmup = min(config.lr_warmup_updates, max(total_steps - 1, 0))
+    scheduler = OptimizerParamScheduler(
+        optimizer, init_lr=0.0 if warmup else config.lr, max_lr=config.lr, min_lr=config.min_lr,
+        lr_warmup_steps=warmup, lr_decay_steps=max(total_steps, warmup + 1), lr_decay_style=config.lr_decay_style,
+        start_wd=config.weight_decay, end_wd=config.weight_decay, wd_incr_steps=max(total_steps, 1),
+        wd_incr_style="constant",
+    )
+    return Optimization(model, optimizer, scheduler)

@@ -1,0 +1,110 @@
+"""The student's forward and backward through megatron's pipeline schedules, with the fused LM-head losses.
+
+The last pipeline stage stops at the final hidden states; only the positions that predict response tokens
+are gathered, passed through megatron's `copy_to_tensor_model_parallel_region` (so grad_hidden, a partial sum
+over this rank's vocab shard, is all-reduced over TP exactly once) and into a fused kernel together with
+this rank's shard of the output weight. No [tokens, vocab] logits exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.collectives import all_reduce_sum
+
+
+@dataclass
+class TokenView:
+    """The response tokens of a micro-batch, flattened: N = real response tokens."""
+
+    hidden: torch.Tensor  # [N, h] (TP-mapped)
+    rows: torch.Tensor  # [N] row of each token in the micro-batch
+    cols: torch.Tensor  # [N] response position t
+    targets: torch.Tensor  # [N] token ids
+
+
+def response_tokens(batch: TrainBatch, hidden: torch.Tensor, tp_group) -> TokenView:
+    from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
+
+    batch = batch.to(hidden.device)
+    rows, cols = batch.response_mask.nonzero(as_tuple=True)
+    positions = batch.prompt_lens[rows] + cols
+    selected = hidden[rows, positions - 1]
+    if tp_group is not None and tp_group.size() > 1:
+        selected = copy_to_tensor_model_parallel_region(selected, group=tp_group)
+    return TokenView(selected, rows, cols, batch.tokens[rows, positions])
+
+
+class StudentForward:
+    """Runs micro-batches of a TrainBatch through the student and a per-micro-batch loss on the last stage."""
+
+    def __init__(self, student, model: list, micro_batch_tokens: int):
+        self.student = student
+        self.model = model  # the chunks the schedule runs (DDP-wrapped when training)
+        self.micro_batch_tokens = micro_batch_tokens
+        self.dims = student.dims
+
+    @property
+    def output_chunk(self):
+        return self.student.chunks[-1]
+
+    def run(self, batch: TrainBatch, loss_fn: Callable[[TrainBatch, TokenView], tuple], *,
+            forward_only: bool) -> list:
+        """loss_fn(micro_batch, tokens) -> (loss, metrics dict) on the last stage. Returns the metrics dicts of
+        every micro-batch (last stage only; empty elsewhere)."""
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        num_chunks = len(self.model)
+        micro = batch.micro_batches(self.micro_batch_tokens)
+        if num_chunks > 1 and len(micro) % self.dims.pp_size:  # the interleaved schedule needs a multiple of pp
+            rows = micro[0].size
+            micro = batch.padded_to(-(-batch.size // (rows * self.dims.pp_size)) * rows * self.dims.pp_size)
+            micro = micro.micro_batches(self.micro_batch_tokens, num_rows=rows)
+        device = next(self.student.chunks[0].parameters()).device
+        tp_group = self.dims.pg.tp
+
+        def forward_step(data_iterator, model):
+            mb = next(data_iterator)
+            output = model(mb.tokens.to(device), return_hidden_states=True)
+
+            def loss_func(hidden, non_loss_data=False):
+                loss, metrics = loss_fn(mb, response_tokens(mb, hidden, tp_group))
+                return loss, torch.ones((), dtype=torch.int, device=loss.device), metrics
+
+            return output, loss_func
+
+        iterators = [iter(micro) for _ in range(num_chunks)]
+        schedule = get_forward_backward_func()
+        return schedule(
+            forward_step_func=forward_step,
+            data_iterator=iterators if num_chunks > 1 else iterators[0],
+            model=self.model if num_chunks > 1 else self.model[0],
+            num_microbatches=len(micro),
+            seq_length=micro[0].tokens.shape[1],
+            micro_batch_size=micro[0].size,
+            forward_only=forward_only,
+        )
+
+
+def logp_matrix(batch: TrainBatch, pieces: list[dict]) -> torch.Tensor:
+    """Reassemble per-micro-batch `logp` pieces (in micro-batch order) into [B, T]."""
+    out = torch.zeros(batch.response_mask.shape)
+    offset = 0
+    for piece in pieces:
+        rows, cols, values = piece["rows"] + offset, piece["cols"], piece["logp"]
+        keep = rows < batch.size
+        out[rows[keep].cpu(), cols[keep].cpu()] = values[keep].float().cpu()
+        offset += piece["size"]
+    return out
+
+
+def sum_metrics(pieces: list[dict], sizes: dict[str, int], *groups) -> dict[str, torch.Tensor]:
+    """Sum metrics of `sizes[key]` elements over micro-batches, then over each process group in `groups`. Every
+    rank calls it; ranks without pieces (not the last pipeline stage, or no such metric) contribute zeros."""
+    flat = torch.cat([sum((torch.as_tensor(p[k]).detach().double().cpu().reshape(-1) for p in pieces if k in p),
+                          torch.zeros(n, dtype=torch.float64)) for k, n in sizes.items()])
+    return dict(zip(sizes, all_reduce_sum(flat, *groups).split(list(sizes.values())), strict=True))

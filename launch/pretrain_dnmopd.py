@@ -1,0 +1,48 @@
+"""Train with dnmopd: on-policy distillation of a student (run.mode opd), a GRPO teacher (grpo) or SeqKD-SFT (sft).
+
+    torchrun --nproc_per_node 8 launch/pretrain_dnmopd.py --config configs/recipes/student_opd.yaml \
+        --set run.name=qwen3.5-4b_dn_mopd_s42 --set student.hf_path=/models/Qwen3.5-4B
+
+Several --config files are merged in order; --set key.path=value overrides win. The resolved config is
+written to <run.output_dir>/<run.name>/config.yaml; a run continues from its newest complete checkpoint.
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+import torch
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--config", action="append", required=True, help="YAML config (repeatable, merged in order)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config value, e.g. --set train.updates=10 (repeatable)")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in the interpreter on CPU
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from dnmopd.config import ConfigError, dump_yaml, load_config
+    from dnmopd.trainer.config import TrainerConfig
+
+    try:
+        config = load_config(TrainerConfig, args.config, args.overrides)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(dump_yaml(config), end="")
+        return 0
+    from dnmopd.trainer.entry import run
+
+    run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
