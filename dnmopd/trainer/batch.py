@@ -42,6 +42,8 @@ class TrainBatch:
     """[B, T, h_T] routed teacher's final hidden states (full-vocab reverse KL only)."""
     teacher_index: torch.Tensor | None = None
     """int64 [B] index of the routed teacher (full-vocab reverse KL only)."""
+    injected: torch.Tensor | None = None
+    """bool [B] rows replaced by an injected teacher trajectory (annealed injection only)."""
 
     @property
     def size(self) -> int:
@@ -55,6 +57,13 @@ class TrainBatch:
     def loss_mask(self) -> torch.Tensor:
         """[B, T] tokens that carry an advantage."""
         return self.response_mask & self.sample_valid[:, None]
+
+    @property
+    def dn_mask(self) -> torch.Tensor:
+        """[B, T] tokens the DN statistics measure: the student's own sampled tokens with a valid score."""
+        if self.injected is None:
+            return self.loss_mask
+        return self.loss_mask & ~self.injected[:, None]
 
     def select(self, rows: slice | torch.Tensor) -> TrainBatch:
         return TrainBatch(**{f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[rows]

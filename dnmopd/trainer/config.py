@@ -90,6 +90,9 @@ class RolloutConfig:
     """The student's generation engine: {backend: inprocess | sglang | vllm, ...its options}."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
     """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed."""
+    verify: bool = False
+    """Judge every response with its domain's rule-based verifier (logged as accuracy/<domain>); always on for
+    GRPO and annealed injection."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -178,21 +181,63 @@ class LoggingConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class GRPOConfig:
+    dynamic_sampling: bool = True
+    """Keep only prompt groups whose rewards vary (bounded by max_generation_batches)."""
+    max_generation_batches: int = 8
+    """Most rollout batches drawn per update by dynamic sampling before groups are kept unconditionally."""
+    on_no_verdict: str = "zero"
+    """zero: a response the verifier could not judge gets reward 0 (counted); stop: the update fails."""
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip: float | None = None
+
+    def __post_init__(self):
+        if self.on_no_verdict not in ("zero", "stop"):
+            raise ValueError(f"grpo.on_no_verdict must be zero or stop, got {self.on_no_verdict!r}")
+        if self.max_generation_batches < 1:
+            raise ValueError("grpo.max_generation_batches must be >= 1")
+
+
+@dataclass(kw_only=True, slots=True)
+class SFTConfig:
+    data: Path | None = None
+    """SeqKD answers (JSONL written by the generation step); None: <run_dir>/seqkd.jsonl, generated if missing."""
+    max_response_tokens: int = 16384
+    """Longest teacher answer generated (and trained on)."""
+    seed: int = 42
+    """Sampling seed of the generation."""
+
+    def __post_init__(self):
+        if self.max_response_tokens < 1:
+            raise ValueError("sft.max_response_tokens must be >= 1")
+
+
+@dataclass(kw_only=True, slots=True)
 class TrainerConfig:
     run: RunConfig
     student: Student.Config
     """The student: hf_path of the initial weights + build options (dtype, GDN backend, recompute)."""
     parallel: ParallelDims.Config = field(default_factory=ParallelDims.Config)
     data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig
+    rollout: RolloutConfig | None = None
+    """The student's rollout engine and sampling (opd and grpo)."""
     teachers: TeachersConfig = field(default_factory=TeachersConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    """GRPO options (run.mode grpo)."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    """SeqKD-SFT options (run.mode sft)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self):
+        if self.run.mode in ("opd", "grpo") and self.rollout is None:
+            raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
+        if self.method.injection is not None and self.rollout is not None and not self.rollout.verify:
+            raise ValueError("method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":
             names = self.teachers.names()
             if len(set(names)) != len(names):

@@ -1,0 +1,1 @@
+"""Run modes of the trainer: opd, grpo, sft (see base)."""

@@ -1,0 +1,121 @@
+"""SeqKD-SFT: each domain's teacher answers its prompts once, then the student is fine-tuned on the answers.
+
+Generation (once, on global rank 0, before training; skipped when `sft.data` already exists): the label-routed
+teacher of every prompt samples one answer (T = 1, top-p 1, `sft.max_response_tokens`, seed `sft.seed`), no
+correctness filter. Rows go to a JSONL file (written atomically) with the prompt, the answer's text and token
+ids and its finish reason. Training: the prompt's tokens carry no loss, the answer's do; an answer that
+finished keeps its end-of-turn token, a truncated one does not (it never ended). The loss is the token mean
+over the whole optimizer batch (not a response mean).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.modes.base import Mode, counts_over
+from dnmopd.trainer.objectives import TokenCrossEntropy
+
+
+def generate_answers(trainer, output: Path) -> None:
+    """Every prompt answered once by its label-routed in-process teacher; rows written atomically to `output`."""
+    from dnmopd.rollout.base import RolloutRequest, SamplingParams
+    from dnmopd.rollout.inprocess import InProcessRollout
+    from dnmopd.trainer.method import Method
+
+    config = trainer.config
+    method = Method(config.method, config.data.domains)
+    teachers = {m.config.name: m for m in config.teachers.models}
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=config.sft.max_response_tokens, seed=config.sft.seed)
+    rows = []
+    for name, model in teachers.items():
+        mine = [p for p in trainer.prompts.prompts if method.router.label_teacher(p.domain) == name]
+        if not mine:
+            continue
+        if model.backend != "inprocess":
+            raise ValueError(f"SeqKD generation runs in-process teachers; {name} is {model.backend}: generate the "
+                             "answers with its server and pass them as sft.data")
+        engine = InProcessRollout(InProcessRollout.Config(model_path=model.config.model_path,
+                                                          device=model.config.device, dtype=model.config.dtype))
+        requests = [RolloutRequest(p.prompt_ids, sample_id=p.index) for p in mine]
+        for prompt, rollout in zip(mine, engine.generate_batch(requests, sampling), strict=True):
+            rows.append({"idx": prompt.index, "prompt": prompt.row["prompt"], "label": prompt.label,
+                         "domain": prompt.domain, "prompt_ids": list(prompt.prompt_ids),
+                         "response": trainer.tokenizer.tokenizer.decode(rollout.response_ids),
+                         "response_ids": rollout.response_ids, "finish_reason": rollout.finish_reason,
+                         "teacher": name})
+    rows.sort(key=lambda row: row["idx"])
+    tmp = output.with_name(f".{output.name}.tmp")
+    with open(tmp, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, output)
+
+
+def load_answers(path: Path, end_id: int, strip_ids: set[int], max_tokens: int) -> list[dict]:
+    """Rows with training token ids: trailing end tokens (`strip_ids`) removed, then a finished answer ends with
+    exactly one `end_id`; a truncated one (or one cut at `max_tokens`) ends without."""
+    rows = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+            row = json.loads(line)
+            response = list(row["response_ids"])
+            prompt_ids, domain, finished = row["prompt_ids"], row["domain"], row["finish_reason"] == "stop"
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path}:{number}: not a SeqKD answer row ({err})") from None
+        while response and response[-1] in strip_ids:
+            response.pop()
+        if finished and len(response) < max_tokens:
+            response.append(end_id)
+        rows.append({"prompt_ids": prompt_ids, "response_ids": response[:max_tokens], "domain": domain})
+    if not rows:
+        raise ValueError(f"{path}: no SeqKD answers")
+    return rows
+
+
+class SFTMode(Mode):
+    uses_rollout = False
+
+    def __init__(self, trainer):
+        super().__init__(trainer)
+        path = self.config.sft.data or trainer.run_dir / "seqkd.jsonl"
+        if not path.exists():
+            if trainer.rank == 0:
+                generate_answers(trainer, path)
+            dist.barrier()
+        tokenizer = trainer.tokenizer.tokenizer
+        end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        strip = {end_id, tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.eos_token_id} - {None}
+        self.rows = load_answers(path, end_id, strip, self.config.sft.max_response_tokens)
+        self.sampler = self.config.data.sampler.build(num_prompts=len(self.rows), dp_rank=trainer.dp_rank,
+                                                      dp_size=trainer.dp_size)
+
+    def collect(self, update: int) -> tuple[TrainBatch | None, dict[str, float]]:
+        trainer = self.trainer
+        rows = [self.rows[i] for i in self.sampler.next_batch().indices]
+        domains = self.config.data.domains
+        batch = TrainBatch.from_rows([r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
+                                     [torch.zeros(len(r["response_ids"])) for r in rows],
+                                     [torch.zeros(len(r["response_ids"])) for r in rows],
+                                     [domains.index(r["domain"]) for r in rows]) if trainer.is_leader else None
+        tokens = sum(len(r["response_ids"]) for r in rows) if trainer.is_leader else 0
+        totals = counts_over([len(rows) if trainer.is_leader else 0, tokens], trainer.dims.dp_group)
+        return batch, {"response_tokens": totals[1].item(),
+                       "response_length/mean": (totals[1] / totals[0].clamp(min=1)).item()}
+
+    def objective(self, num_responses: int, num_tokens: int):
+        return TokenCrossEntropy(self.trainer.output_chunk, self.trainer.dims.pg.tp, num_tokens=max(num_tokens, 1),
+                                 chunk_size=self.config.train.logit_chunk_tokens)
+
+    def state_dict(self) -> dict:
+        return {"sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.load_state_dict(state["sampler"])
