@@ -11,6 +11,14 @@ Hugging Face folder -> training checkpoint (starts a run from a released model):
 
 Runs as one process by default (the checkpoint is resharded to TP=PP=1 on load); under torchrun,
 ``--tensor``/``--pipeline`` split the model across the launched processes instead.
+
+Weight-space merge of Hugging Face folders (the paper's ParamMerge-Avg / ParamMerge-TA baselines):
+
+    python launch/convert_to_hf.py merge --method average --experts MATH CODE IF --output releases/avg
+    python launch/convert_to_hf.py merge --method task_arithmetic --base Qwen3.5-2B --experts MATH CODE IF \
+        --output releases/ta [--lam 1.0] [--max-shard-size 4800MB]
+
+(``python launch/convert_to_hf.py merge --help`` lists its options.)
 """
 
 from __future__ import annotations
@@ -49,7 +57,48 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def parse_merge_args(argv) -> argparse.Namespace:
+    from dnmopd.student.merge import DEFAULT_MAX_SHARD_BYTES, METHODS
+
+    parser = argparse.ArgumentParser(
+        prog="convert_to_hf.py merge", description="Merge Hugging Face checkpoints tensor by tensor."
+    )
+    parser.add_argument("--method", choices=METHODS, required=True, help="uniform average or task arithmetic")
+    parser.add_argument("--experts", type=Path, nargs="+", required=True, help="HF folders of the experts (>= 2)")
+    parser.add_argument("--base", type=Path, help="HF folder of the base model (required by task_arithmetic)")
+    parser.add_argument("--lam", type=float, help="task_arithmetic scale lambda (default 1.0; not 1/K)")
+    parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
+    parser.add_argument(
+        "--max-shard-size",
+        type=parse_size,
+        default=DEFAULT_MAX_SHARD_BYTES,
+        help=f"largest safetensors shard (default {DEFAULT_MAX_SHARD_BYTES // 10**6}MB)",
+    )
+    return parser.parse_args(argv)
+
+
+def merge(argv) -> int:
+    from dnmopd.student.merge import CheckpointMerge
+
+    args = parse_merge_args(argv)
+    try:
+        config = CheckpointMerge.Config(
+            method=args.method,
+            experts=[str(p) for p in args.experts],
+            base=str(args.base) if args.base else None,
+            lam=args.lam,
+            max_shard_bytes=args.max_shard_size,
+        )
+        config.build().write(args.output)
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"merge failed: {error}") from None
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["merge"]:
+        return merge(argv[1:])
     args = parse_args(argv)
     import torch.distributed
 
