@@ -254,9 +254,11 @@ class Trainer:
             grad_norm, skipped = float(norm or 0.0), skipped + (not applied)
             for key, value in sum_metrics(outputs, sizes, self.dims.pg.pp, self.dims.dp_group).items():
                 totals[key] += value
-        abs_diff = totals["rollout_abs_diff"] / totals["tokens"].clamp(min=1)
         metrics = {"loss": totals["loss"].item(), "grad_norm": grad_norm, "skipped_steps": float(skipped),
-                   "lr": self.optimization.learning_rate(), "train_rollout_logprob_abs_diff": abs_diff.item()}
+                   "lr": self.optimization.learning_rate()}
+        if self.mode.uses_rollout:  # how far the trainer's log-probs are from the rollout engine's
+            abs_diff = totals["rollout_abs_diff"] / totals["tokens"].clamp(min=1)
+            metrics["train_rollout_logprob_abs_diff"] = abs_diff.item()
         for i, domain in enumerate(self.config.data.domains):
             if totals["kl_full_tokens"][i] > 0:
                 metrics[f"kl_full/{domain}"] = (totals["kl_full"][i] / totals["kl_full_tokens"][i]).item()

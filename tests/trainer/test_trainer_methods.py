@@ -1,0 +1,65 @@
+"""Three updates of every method on the demo's tiny models, in this process (world size 1)."""
+
+import math
+
+import pytest
+import torch
+from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
+
+from dnmopd.config import load_config
+from dnmopd.trainer.config import TrainerConfig
+from dnmopd.trainer.entry import run
+from dnmopd.trainer.injection_bank import BankEntry, InjectionBank, prompt_key
+
+METHODS = ["label", "dn_mopd", "single_math", "single_code", "single_if", "uniform_pool", "dynamic_router",
+           "observe", "fixed_w", "fixed_math", "fixed_if", "frozen_update0_9b", "frozen_update0_4b",
+           "frozen_update0_2b"]
+DOMAINS = ("math", "code", "ifeval")
+
+
+def run_method(models, tmp_path, method_files, extra=()):
+    config = load_config(TrainerConfig, [DEMO, *method_files], tiny_overrides(models, tmp_path) + list(extra))
+    run(config)
+    return config, read_metrics(tmp_path)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_three_updates(demo_models, tmp_path, method):
+    config, records = run_method(demo_models, tmp_path, [REPO / "configs" / "methods" / f"{method}.yaml"])
+    assert [r["step"] for r in records] == [0, 1, 2]
+    normalizer = config.method.normalizer
+    for record in records:
+        assert math.isfinite(record["loss"]) and record["response_tokens"] == 48
+        applied = {d: record[f"dn/{d}/applied"] for d in DOMAINS if f"dn/{d}/applied" in record}
+        if normalizer.mode == "observe":
+            assert set(applied.values()) <= {1.0}
+        elif normalizer.mode == "fixed":
+            assert applied == pytest.approx({d: normalizer.fixed[d] for d in applied})
+        else:
+            assert all(0.25 <= w <= 4 for w in applied.values())
+    assert (tmp_path / "run" / "checkpoints" / "iter_0000003" / "complete").is_file()
+
+
+def test_full_vocab_reverse_kl_loss_reports_the_exact_kl(demo_models, tmp_path):
+    _, records = run_method(demo_models, tmp_path, [], ["method.loss.kind=full_vocab_reverse_kl"])
+    assert all(record["kl_full/ifeval"] > record["kl_full/math"] > 0 for record in records
+               if "kl_full/ifeval" in record and "kl_full/math" in record)
+
+
+def test_annealed_injection_replaces_one_response_per_covered_group(demo_models, tmp_path):
+    from dnmopd.data.chat import PromptTokenizer
+    from dnmopd.data.sample_data import sample_file
+    from dnmopd.trainer.prompts import PromptSet
+
+    tokenizer = PromptTokenizer.from_pretrained(demo_models / "student")
+    prompts = PromptSet.load(sample_file("student/train_3domain.jsonl"), tokenizer, domains=list(DOMAINS),
+                             max_prompt_tokens=1024, model_vocab=1024)
+    response = tokenizer.tokenizer("The answer is 4.<|im_end|>", add_special_tokens=False)["input_ids"]
+    bank = InjectionBank({prompt_key(p.prompt_ids): BankEntry(p.domain, f"{p.domain}_teacher", tuple(response),
+                                                              torch.full((len(response),), -0.5))
+                          for p in prompts.prompts})
+    bank.save(tmp_path / "bank.pt")
+    _, records = run_method(demo_models, tmp_path, [REPO / "configs" / "methods" / "annealed_injection.yaml"],
+                            [f"method.injection.bank={tmp_path / 'bank.pt'}", "method.injection.anneal_updates=2"])
+    assert [r["injection/constant"] for r in records] == pytest.approx([1.0, 0.5, 0.0])
+    assert [r["injection/samples"] for r in records] == [3.0, 3.0, 0.0]  # one per prompt group, none once c = 0
