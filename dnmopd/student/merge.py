@@ -242,6 +242,8 @@ class _Checkpoint:
         folder = SafetensorsFolder(path)
         shapes, dtypes = {}, {}
         for file in sorted(set(folder.file_of.values())):
+            if not file.is_file():
+                raise FileNotFoundError(f"{role} {path}: the index lists {file.name}, which is missing")
             with safe_open(file, "pt") as f:
                 for name in f.keys():
                     tensor = f.get_slice(name)

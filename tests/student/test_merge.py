@@ -280,6 +280,12 @@ def test_side_files_must_be_equal(vl, tmp_path):
                                          "the contents differ"):
         _merge(tmp_path / "out", [experts[0], template])
 
+    sharded = _merge(tmp_path / "sharded", experts[:2], max_shard_bytes=64 * 1024)
+    lost = sorted(sharded.glob("model-*.safetensors"))[1]
+    lost.unlink()
+    with pytest.raises(FileNotFoundError, match=rf"expert 2 .*sharded: the index lists {lost.name}, which is missing"):
+        _merge(tmp_path / "out", [experts[0], sharded])
+
     no_config = _variant(experts[1], tmp_path / "no_config")
     (no_config / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"expert 2 .*no_config: no config.json"):
