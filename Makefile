@@ -26,8 +26,12 @@ $(PKG): $(DEPS) $(SOURCES)
 		-C build-dir=build/$(notdir $(VENV)) .
 	touch $@
 
+# The CPU demo: tiny models built locally, then DN-MOPD on 2 processes (see configs/demo_cpu.yaml).
+# It resumes a finished or interrupted run in runs/demo-cpu; delete that folder to start over.
 demo: $(PKG)
-	$(PY) -m dnmopd.examples.toy
+	$(PY) -m dnmopd.examples.demo_models runs/demo-models
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
+		--config configs/demo_cpu.yaml
 
 test: $(PKG) vllm-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -262,6 +262,8 @@ class Trainer:
         for i, domain in enumerate(self.config.data.domains):
             if totals["kl_full_tokens"][i] > 0:
                 metrics[f"kl_full/{domain}"] = (totals["kl_full"][i] / totals["kl_full_tokens"][i]).item()
+        if totals["kl_full_tokens"].sum() > 0:
+            metrics["kl_full/all"] = (totals["kl_full"].sum() / totals["kl_full_tokens"].sum()).item()
         return metrics
 
     def _sync_weights(self, batch: TrainBatch | None) -> None:
