@@ -5,7 +5,9 @@ A config file is a YAML mapping whose keys are the fields of a dataclass tree. I
     extends: [../models/tiny.yaml, ../methods/dn_mopd.yaml]
 
 (paths relative to the file): those files are loaded first and deep-merged in order (mappings merge, lists
-and scalars replace), then the file's own keys, then the command-line overrides. Every value remembers
+and scalars replace), then the file's own keys, then the command-line overrides. A mapping tagged `!replace`
+(`method: !replace {...}`) replaces what earlier files set under its key instead of merging into it, so a
+preset can be complete on its own (e.g. a method file over a recipe that already names another method). Every value remembers
 where it came from, so an unknown key, a wrong type or a failed validation is reported as
 `configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`.
 """
@@ -59,6 +61,17 @@ class Source:
         return f"{self.where}:{self.line}" if self.line else self.where
 
 
+class Replace(dict):
+    """A mapping that replaces, rather than merges into, the value of its key (YAML tag `!replace`)."""
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+_Loader.add_constructor("!replace", lambda loader, node: Replace(loader.construct_mapping(node, deep=True)))
+
+
 class RawConfig:
     """Merged plain data of one or more YAML files plus overrides, with the source of every key."""
 
@@ -97,7 +110,7 @@ class RawConfig:
 def _deep_merge(base: dict, update: Mapping, path: KeyPath, origins: dict, update_origins: dict) -> None:
     for key, value in update.items():
         child = (*path, key)
-        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+        if isinstance(value, Mapping) and not isinstance(value, Replace) and isinstance(base.get(key), dict):
             _deep_merge(base[key], value, child, origins, update_origins)
         else:
             base[key] = value
@@ -116,7 +129,7 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
         text = path.read_text()
     except OSError as err:
         raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else {}

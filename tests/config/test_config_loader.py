@@ -139,3 +139,14 @@ def test_backend_choices_build_the_named_dataclass_and_dump_flat(tmp_path):
 def test_backend_choice_errors(tmp_path, text, message):
     with pytest.raises(ConfigError, match=message):
         load_config(WithChoices, write(tmp_path, "run.yaml", text))
+
+
+def test_replace_tag_replaces_instead_of_merging(tmp_path):
+    write(tmp_path, "base.yaml", "name: x\nweights: {math: 2, code: 1}\noptimizer: {lr: 1.0e-5, kind: sgd}\n")
+    run = write(tmp_path, "run.yaml", "extends: base.yaml\nweights: !replace {ifeval: 0.5}\n"
+                                      "optimizer: !replace {lr: 3.0e-5}\n")
+    config = load_config(Root, run)
+    assert config.weights == {"ifeval": 0.5}
+    assert config.optimizer == Inner(lr=3e-5)  # kind back to its default, not sgd
+    with pytest.raises(ConfigError, match=r"bad.yaml:3: optimizer.lr: expected a number"):
+        load_config(Root, write(tmp_path, "bad.yaml", "extends: base.yaml\nname: y\noptimizer: !replace {lr: x}\n"))
