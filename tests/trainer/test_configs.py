@@ -4,6 +4,7 @@ architectures, and bad keys fail with file and line. Also the server-map overlay
 
 import importlib.util
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -349,3 +350,18 @@ def test_overlay_leaves_in_process_runs_alone(tmp_path):
     rollout, _ = h100_maps(tmp_path)
     status, _ = run_overlay(tmp_path, [f"{rollout}@n2"], files=["recipes/seqkd_sft", "models/qwen3.5-9b"])
     assert status == 2  # the rollout servers are not used by this run
+
+
+# ------------------------------------------------------------------------------------------- docs
+def test_configuration_reference_is_current():
+    spec = importlib.util.spec_from_file_location("gen_configuration", REPO / "docs" / "gen_configuration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0, "run python docs/gen_configuration.py"
+
+
+@pytest.mark.parametrize("doc", ["docs/cluster.md", "docs/configuration.md"])
+def test_files_the_docs_name_exist(doc):
+    text = (REPO / doc).read_text()
+    named = set(re.findall(r"(?:configs|launch)/[\w./-]+\.(?:yaml|py|sbatch)", text))
+    assert named and not sorted(p for p in named if not (REPO / p).exists())
