@@ -54,6 +54,8 @@ class Experience:
     rollout_seconds: float
     """Wall time from the first rollout request to the last score/verdict."""
     teacher_failures: dict[str, int]
+    teacher_seconds: dict[str, list[float]]
+    """Per teacher, the latency of each scoring request (retries included)."""
 
 
 class ExperienceCollector:
@@ -81,11 +83,12 @@ class ExperienceCollector:
         n = self.samples_per_prompt
         requests = [RolloutRequest(p.prompt_ids, sample_id=i * n + k) for i, p in enumerate(prompts) for k in range(n)]
         failures_before = dict(self.fleet.failures) if self.fleet else {}
+        self._latency: dict[str, list[float]] = {}
         start = time.perf_counter()
         samples = asyncio.run(self._collect(prompts, requests, params))
         failures = {name: count - failures_before.get(name, 0)
                     for name, count in (self.fleet.failures.items() if self.fleet else [])}
-        return Experience(samples, time.perf_counter() - start, failures)
+        return Experience(samples, time.perf_counter() - start, failures, self._latency)
 
     async def _collect(self, prompts, requests, params) -> list[Sample]:
         samples: dict[int, Sample] = {}
@@ -117,7 +120,9 @@ class ExperienceCollector:
                       rollout.finish_reason)
 
     async def _score(self, sample: Sample, index: int, name: str, request: ScoreRequest) -> None:
+        start = time.perf_counter()
         scored = await self.fleet.score_one(index, name, request)
+        self._latency.setdefault(name, []).append(time.perf_counter() - start)
         sample.scores[name] = scored.scores.logprobs if scored.ok else None
         if self.return_hidden_states and scored.ok:
             sample.hidden_states[name] = scored.scores.hidden_states

@@ -42,7 +42,7 @@ class OPDMode(Mode):
     def collect(self, update: int) -> tuple[TrainBatch | None, dict[str, float]]:
         trainer = self.trainer
         names = self.config.teachers.names()
-        batch, counts = None, [0.0] * (5 + len(names))
+        batch, counts = None, [0.0] * (5 + 3 * len(names))
         if trainer.is_leader:
             prompts = trainer.next_prompts()
             experience = self.collector.collect(prompts, seed_offset=trainer.seed_offset(update, len(prompts)))
@@ -51,7 +51,9 @@ class OPDMode(Mode):
             batch = self._batch(samples, injected)
             counts = [len(samples), sum(len(s.response_ids) for s in samples),
                       sum(s.finish_reason == "length" for s in samples), experience.rollout_seconds, len(injected),
-                      *(experience.teacher_failures.get(name, 0) for name in names)]
+                      *(experience.teacher_failures.get(name, 0) for name in names),
+                      *(sum(experience.teacher_seconds.get(name, [])) for name in names),
+                      *(len(experience.teacher_seconds.get(name, [])) for name in names)]
         else:
             trainer.next_prompts()  # keep every rank's sampler at the same position
         totals = counts_over(counts, trainer.dims.dp_group)
@@ -60,7 +62,11 @@ class OPDMode(Mode):
             metrics["injection/samples"] = totals[4].item()
             metrics["injection/constant"] = injection_constant(update, self.config.method.injection.initial,
                                                                self.config.method.injection.anneal_updates)
-        metrics.update({f"teacher/{name}/failures": totals[5 + i].item() for i, name in enumerate(names)})
+        k = len(names)
+        for i, name in enumerate(names):
+            metrics[f"teacher/{name}/failures"] = totals[5 + i].item()
+            if totals[5 + 2 * k + i] > 0:  # mean seconds per scoring request, retries included
+                metrics[f"teacher/{name}/latency_s"] = (totals[5 + k + i] / totals[5 + 2 * k + i]).item()
         if self.config.rollout.verify:
             metrics.update(trainer.accuracy_metrics(samples if trainer.is_leader else None))
         return batch, metrics
