@@ -92,6 +92,15 @@ def test_student_recipe_with_every_method_and_model(method, model):
         assert config.method.injection is None
 
 
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_method_replaces_the_demo_method(method):
+    config = load("demo_cpu", f"methods/{method}", overrides=["method.loss.kind=full_vocab_reverse_kl"])
+    routing, teacher, normalizer, fixed = METHODS[method]
+    assert config.method.name == method and config.method.routing.mode == routing
+    assert config.method.routing.teacher == teacher and config.method.normalizer.mode == normalizer
+    assert config.rollout.engine.backend == "inprocess"  # the rest of the demo stays
+
+
 def test_student_recipe_values():
     config = load("recipes/student_opd", "models/qwen3.5-4b", "methods/dn_mopd")
     assert config.run.mode == "opd" and config.run.seed == 1234
