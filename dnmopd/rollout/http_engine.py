@@ -39,9 +39,9 @@ class HttpRolloutEngine(RolloutEngine):
     health_path: str
     probe_failure_hint = ""
 
-    def __init__(self, config: Any, *, owner: str):
+    def __init__(self, config: Any):
         self.config = config
-        self.vocab_size = resolve_vocab_size(config, owner)
+        self.vocab_size = resolve_vocab_size(config)
         self.pool = config.pool.build(name="rollout")
         self.weight_version = 0
         self._served_folder: Path | None = None

@@ -73,9 +73,6 @@ class SGLangRollout(HttpRolloutEngine):
         def build(self) -> SGLangRollout:
             return SGLangRollout(self)
 
-    def __init__(self, config: Config):
-        super().__init__(config, owner="SGLangRollout")
-
     def _top_k_conversion(self, params: SamplingParams) -> int:
         return params.top_k if params.top_k != -1 and not params.greedy else 0
 

@@ -83,9 +83,6 @@ class VLLMRollout(HttpRolloutEngine):
         def build(self) -> VLLMRollout:
             return VLLMRollout(self)
 
-    def __init__(self, config: Config):
-        super().__init__(config, owner="VLLMRollout")
-
     def _generate_body(self, request: RolloutRequest, params: SamplingParams) -> dict[str, Any]:
         if len(request.prompt_ids) + params.max_new_tokens > self.config.max_model_len:
             raise RolloutError(

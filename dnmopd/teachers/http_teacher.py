@@ -7,22 +7,26 @@ import json
 import os
 from abc import abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from dnmopd.serving.errors import ServingError, TransientServerError
+from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
 from dnmopd.teachers.hf_model import config_vocab_size
 
 
-def resolve_vocab_size(config: Any, owner: str) -> int:
+def resolve_vocab_size(config: Any) -> int:
     """`config.vocab_size`, or the one in `config.model_path`/config.json; errors name the fix."""
     if config.vocab_size:
         return int(config.vocab_size)
     size = config_vocab_size(config.model_path)
     if size is None:
         raise ValueError(
-            f"{owner}.Config.vocab_size: {config.model_path}/config.json is not readable here; "
+            f"{type(config).__qualname__}.vocab_size: {config.model_path}/config.json is not readable here; "
             "set vocab_size explicitly (ids are validated against it before they are sent)"
         )
     return size
@@ -35,16 +39,41 @@ def same_model_path(served: Any, expected: str) -> bool:
 
 
 class HttpTeacher(TeacherScorer):
-    """A teacher behind a pool of identical servers. Subclasses supply the wire format."""
+    """A teacher behind a pool of identical servers. Subclasses supply the wire format and extend `Config`."""
 
     score_path: str
     health_path: str
     info_path: str
 
-    def __init__(self, config: Any, *, owner: str):
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        name: str
+        """Teacher name (the key the domain routing uses)."""
+        model_path: str
+        """The HF folder the servers were started with; the startup check compares it with what they serve."""
+        pool: ReplicaPool.Config
+        """Replicas, balancing, connection limits, time-outs and retries."""
+        vocab_size: int = 0
+        """Ids must be below this; 0 reads it from `model_path`/config.json."""
+        top_k: int = 0
+        """Also return the top-k log-probs at every response position (0: off)."""
+        batch_request_size: int = 32
+        """Samples per POST in the blocking `score_batch` (the async `score` sends one sample per POST)."""
+        health_timeout_s: float = 30.0
+        """Time-out of each startup check request."""
+
+        def __post_init__(self):
+            owner = type(self).__qualname__
+            for name in ("top_k", "vocab_size"):
+                if getattr(self, name) < 0:
+                    raise ValueError(f"{owner}.{name}={getattr(self, name)}: must be >= 0")
+            if self.batch_request_size < 1:
+                raise ValueError(f"{owner}.batch_request_size={self.batch_request_size}: must be >= 1")
+
+    def __init__(self, config: HttpTeacher.Config):
         self.config = config
         self.name = config.name
-        self.vocab_size = resolve_vocab_size(config, owner)
+        self.vocab_size = resolve_vocab_size(config)
         self.pool = config.pool.build(name=f"teacher {config.name}")
 
     @abstractmethod
@@ -52,8 +81,14 @@ class HttpTeacher(TeacherScorer):
         """Request body scoring `requests` (one or several samples) in one POST."""
 
     @abstractmethod
-    def _parse(self, payload: Any, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
-        """Scores for `requests` from the JSON answer; raises ResponseFormatError on a bad body."""
+    def _answers(self, payload: Any, count: int) -> list[Any]:
+        """The per-sample parts of the JSON answer to a POST of `count` samples, in request order."""
+
+    @abstractmethod
+    def _parse_scores(
+        self, answer: Any, request: ScoreRequest
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(logprobs, topk_ids, topk_logprobs) from one sample's answer; raises ResponseFormatError on a bad one."""
 
     @abstractmethod
     def _check_identity(self, url: str, info: Any) -> None:
@@ -81,11 +116,17 @@ class HttpTeacher(TeacherScorer):
 
         return asyncio.run(run())
 
-    def _checked(self, scores: TeacherScores, request: ScoreRequest) -> TeacherScores:
-        try:
-            return scores.check(request, source=f"teacher {self.name}")
-        except TeacherError as error:  # a wrong answer from one replica is retried on another
-            raise TransientServerError(str(error)) from error
+    def _parse(self, payload: Any, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
+        """Checked scores for `requests` from the JSON answer; a bad answer raises a retried error."""
+        results = []
+        for answer, request in zip(self._answers(payload, len(requests)), requests, strict=True):
+            logprobs, topk_ids, topk_logprobs = self._parse_scores(answer, request)
+            scores = TeacherScores(logprobs=logprobs, topk_ids=topk_ids, topk_logprobs=topk_logprobs)
+            try:
+                results.append(scores.check(request, source=f"teacher {self.name}"))
+            except TeacherError as error:  # a wrong answer from one replica is retried on another
+                raise TransientServerError(str(error)) from error
+        return results
 
     def check(self) -> None:
         """Every replica: health endpoint answers 200 and the model info shows `model_path`."""

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dnmopd.serving import sglang_api
-from dnmopd.serving.pool import ReplicaPool
-from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScores
+from dnmopd.teachers.base import ScoreRequest, TeacherError
 from dnmopd.teachers.http_teacher import HttpTeacher, same_model_path
 
 
@@ -23,34 +22,14 @@ class SGLangTeacher(HttpTeacher):
     info_path = "/get_model_info"
 
     @dataclass(kw_only=True, slots=True)
-    class Config:
-        name: str
-        """Teacher name (the key the domain routing uses)."""
+    class Config(HttpTeacher.Config):
         model_path: str
         """The HF folder the servers were started with; `/get_model_info.model_path` must equal it."""
-        pool: ReplicaPool.Config
-        """Replicas, balancing, connection limits, time-outs and retries."""
-        vocab_size: int = 0
-        """Ids must be below this; 0 reads it from `model_path`/config.json."""
-        top_k: int = 0
-        """Also return the top-k log-probs at every response position (0: off)."""
-        batch_request_size: int = 32
-        """Samples per POST in the blocking `score_batch` (the async `score` sends one sample per POST)."""
         health_timeout_s: float = 60.0
         """Time-out of each startup check request (`/health_generate` runs a real generation)."""
 
-        def __post_init__(self):
-            if self.top_k < 0 or self.batch_request_size < 1 or self.vocab_size < 0:
-                raise ValueError(
-                    f"SGLangTeacher.Config: top_k={self.top_k} must be >= 0, batch_request_size="
-                    f"{self.batch_request_size} >= 1, vocab_size={self.vocab_size} >= 0"
-                )
-
         def build(self) -> SGLangTeacher:
             return SGLangTeacher(self)
-
-    def __init__(self, config: Config):
-        super().__init__(config, owner="SGLangTeacher")
 
     def _body(self, requests: Sequence[ScoreRequest]) -> dict[str, Any]:
         if len(requests) == 1:
@@ -58,16 +37,13 @@ class SGLangTeacher(HttpTeacher):
         samples = [(r.token_ids, r.prompt_len) for r in requests]
         return sglang_api.batch_score_body(samples, top_k=self.config.top_k)
 
-    def _parse(self, payload: Any, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
-        items = [payload] if len(requests) == 1 else sglang_api.parse_batch(payload, len(requests))
-        results = []
-        for item, request in zip(items, requests, strict=True):
-            logprobs, topk_ids, topk_logprobs = sglang_api.parse_score(
-                item, request.token_ids, request.prompt_len, vocab_size=self.vocab_size, top_k=self.config.top_k
-            )
-            scores = TeacherScores(logprobs=logprobs, topk_ids=topk_ids, topk_logprobs=topk_logprobs)
-            results.append(self._checked(scores, request))
-        return results
+    def _answers(self, payload: Any, count: int) -> list[Any]:
+        return [payload] if count == 1 else sglang_api.parse_batch(payload, count)
+
+    def _parse_scores(self, answer: Any, request: ScoreRequest):
+        return sglang_api.parse_score(
+            answer, request.token_ids, request.prompt_len, vocab_size=self.vocab_size, top_k=self.config.top_k
+        )
 
     def _check_identity(self, url: str, info: Any) -> None:
         served = info.get("model_path") if isinstance(info, dict) else None
