@@ -8,7 +8,7 @@ thinking is on; Qwen3 keeps content as is and opens nothing. Anything else (tool
 content) is refused with an error instead of being rendered differently from the real template.
 """
 
-_COMMON_HEAD = """\
+_TEMPLATE = """\
 {%- if messages | length == 0 %}{{ raise_exception('at least one message is required') }}{%- endif %}
 {%- set ns = namespace(last_query=-1) %}
 {%- for message in messages %}
@@ -33,10 +33,7 @@ _COMMON_HEAD = """\
             {%- set reasoning = content.split('</think>')[0].split('<think>')[-1] %}
             {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
         {%- endif %}
-"""
-
-_QWEN35_ASSISTANT = """\
-        {%- if loop.index0 > ns.last_query %}
+        {%- if loop.index0 > ns.last_queryTHINK_BLOCK_CONDITION %}
             {{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content }}
         {%- else %}
             {{- '<|im_start|>assistant\\n' + content }}
@@ -48,32 +45,27 @@ _QWEN35_ASSISTANT = """\
     {{- '<|im_start|>assistant\\n' }}
     {%- if enable_thinking is defined and enable_thinking is false %}
         {{- '<think>\\n\\n</think>\\n\\n' }}
-    {%- else %}
-        {{- '<think>\\n' }}
-    {%- endif %}
+THINKING_PROMPT    {%- endif %}
 {%- endif %}
 """
+"""Both flavors' template; the three places where they differ are filled in by ``_flavor``."""
 
-_QWEN3_ASSISTANT = """\
-        {%- if loop.index0 > ns.last_query and (loop.last or reasoning.strip('\\n')) %}
-            {{- '<|im_start|>assistant\\n<think>\\n' + reasoning.strip('\\n') + '\\n</think>\\n\\n' + content }}
-        {%- else %}
-            {{- '<|im_start|>assistant\\n' + content }}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-    {%- if enable_thinking is defined and enable_thinking is false %}
-        {{- '<think>\\n\\n</think>\\n\\n' }}
-    {%- endif %}
-{%- endif %}
-"""
+
+def _flavor(*, content_filter: str, think_block_condition: str, thinking_prompt: str) -> str:
+    return (_TEMPLATE.replace("CONTENT_FILTER", content_filter)
+            .replace("THINK_BLOCK_CONDITION", think_block_condition)
+            .replace("THINKING_PROMPT", thinking_prompt))
+
 
 CHAT_TEMPLATES = {
-    "qwen3.5": _COMMON_HEAD.replace("CONTENT_FILTER", "| trim") + _QWEN35_ASSISTANT,
-    "qwen3": _COMMON_HEAD.replace("CONTENT_FILTER", "") + _QWEN3_ASSISTANT,
+    # trimmed content; every assistant turn after the last user message gets a think block; the thinking
+    # generation prompt opens <think>
+    "qwen3.5": _flavor(content_filter="| trim", think_block_condition="",
+                       thinking_prompt="    {%- else %}\n        {{- '<think>\\n' }}\n"),
+    # content as is; only the last turn, or one with reasoning, gets a think block; the thinking generation
+    # prompt opens nothing
+    "qwen3": _flavor(content_filter="", think_block_condition=" and (loop.last or reasoning.strip('\\n'))",
+                     thinking_prompt=""),
 }
 
 EMPTY_THINK_BLOCK = "<think>\n\n</think>\n\n"
