@@ -98,7 +98,8 @@ static enum outcome supervise(struct supervisor *sv, struct reaper *reaper,
 {
     for (;;) {
         struct message m;
-        switch (next_event(sv, &m)) {
+        enum event e = next_event(sv, &m);
+        switch (e) {
         case EVENT_MESSAGE:
             fail(err, "%s", m.text); /* the only message here: setting up or executing failed */
             return RUN_ERROR;
@@ -112,21 +113,13 @@ static enum outcome supervise(struct supervisor *sv, struct reaper *reaper,
             record_exit(r, reaper->main_status, reaper->flags);
             return RUN_OK;
         case EVENT_WALL:
-            r->limit = LIMIT_WALL;
-            break;
         case EVENT_OUTPUT:
-            r->limit = LIMIT_OUTPUT;
-            break;
         case EVENT_MEMORY:
-            r->limit = LIMIT_MEMORY;
-            break;
+            return record_limit(r, e, reaper->started_at);
         default:
             fail_errno(err, "supervising the program");
             return RUN_ERROR;
         }
-        r->term_signal = SIGKILL;
-        r->wall_time_s = monotonic_seconds() - reaper->started_at;
-        return RUN_OK;
     }
 }
 

@@ -3,6 +3,7 @@
 #define DNMOPD_SANDBOX_MODES_H
 
 #include "run.h"
+#include "supervise.h"
 
 enum outcome { RUN_OK = 0, RUN_ERROR = -1, RUN_UNAVAILABLE = 1 };
 
@@ -23,5 +24,8 @@ enum outcome run_in_place(const struct options *o, enum isolation level, struct 
 void account_children(struct run_result *r);
 /* Status of the first process -> finished/exit_code/term_signal; limits found while reaping. */
 void record_exit(struct run_result *r, int status, int flags);
+/* EVENT_WALL, EVENT_OUTPUT or EVENT_MEMORY fired: the caller kills the program. Records the limit, the
+ * SIGKILL and the wall time since started_at; returns RUN_OK. */
+enum outcome record_limit(struct run_result *r, enum event e, double started_at);
 
 #endif

@@ -122,7 +122,8 @@ static enum outcome supervise_namespaces(const struct options *o, pid_t init_pid
     double started_at = 0;
     for (;;) {
         struct message m;
-        switch (next_event(sv, &m)) {
+        enum event e = next_event(sv, &m);
+        switch (e) {
         case EVENT_MESSAGE:
             if (m.kind == MSG_STARTED) {
                 started_at = monotonic_seconds();
@@ -144,21 +145,14 @@ static enum outcome supervise_namespaces(const struct options *o, pid_t init_pid
                 fail(err, "setting up the namespaces took over %.0f s", SETUP_TIMEOUT_S);
                 return RUN_ERROR;
             }
-            r->limit = LIMIT_WALL;
-            break;
+            return record_limit(r, e, started_at);
         case EVENT_OUTPUT:
-            r->limit = LIMIT_OUTPUT;
-            break;
         case EVENT_MEMORY:
-            r->limit = LIMIT_MEMORY;
-            break;
+            return record_limit(r, e, started_at);
         default:
             fail(err, "the sandbox's init process ended unexpectedly");
             return RUN_ERROR;
         }
-        r->term_signal = SIGKILL;
-        r->wall_time_s = monotonic_seconds() - started_at;
-        return RUN_OK;
     }
 }
 

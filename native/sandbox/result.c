@@ -23,6 +23,14 @@ void record_exit(struct run_result *r, int status, int flags)
         r->limit = LIMIT_FILE_SIZE;
 }
 
+enum outcome record_limit(struct run_result *r, enum event e, double started_at)
+{
+    r->limit = e == EVENT_WALL ? LIMIT_WALL : e == EVENT_OUTPUT ? LIMIT_OUTPUT : LIMIT_MEMORY;
+    r->term_signal = SIGKILL;
+    r->wall_time_s = monotonic_seconds() - started_at;
+    return RUN_OK;
+}
+
 void account_children(struct run_result *r)
 {
     struct rusage ru;
