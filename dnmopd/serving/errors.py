@@ -6,6 +6,8 @@ server understood the request and refused it (HTTP 4xx), so sending it again can
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ServingError(RuntimeError):
     """Base class of every serving failure."""
@@ -37,3 +39,9 @@ class ResponseFormatError(TransientServerError):
     """The server answered 200 with a body that does not have the agreed shape (or scored other ids).
 
     Retried like a transient failure: another replica may answer correctly."""
+
+
+def describe(value: Any) -> str:
+    """A server answer (or part of one) for an error message: its repr, cut at 200 characters."""
+    text = repr(value)
+    return text if len(text) < 200 else text[:200] + "..."

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from dnmopd.serving.errors import ResponseFormatError
+from dnmopd.serving.errors import ResponseFormatError, describe
 
 SCORE_SAMPLING_PARAMS = {"max_new_tokens": 0, "temperature": 0}
 
@@ -88,7 +88,7 @@ def parse_score(
 def parse_batch(payload: Any, count: int) -> list[Any]:
     """A batch answer is a JSON list of `count` results in request order."""
     if not isinstance(payload, list) or len(payload) != count:
-        raise ResponseFormatError(f"batch /generate: expected a list of {count} results, got {_describe(payload)}")
+        raise ResponseFormatError(f"batch /generate: expected a list of {count} results, got {describe(payload)}")
     return payload
 
 
@@ -113,7 +113,7 @@ def parse_generation(item: Any, *, top_logprobs_num: int = 0):
     output_ids = item.get("output_ids")
     entries = meta.get("output_token_logprobs")
     if not isinstance(output_ids, list) or not isinstance(entries, list) or len(entries) != len(output_ids):
-        raise ResponseFormatError(f"generation: output_ids and output_token_logprobs disagree: {_describe(item)}")
+        raise ResponseFormatError(f"generation: output_ids and output_token_logprobs disagree: {describe(item)}")
     values = [_logprob_value(e, f"output_token_logprobs[{i}]") for i, e in enumerate(entries)]
     for i, (entry, token) in enumerate(zip(entries, output_ids, strict=True)):
         if entry[1] != token:
@@ -134,7 +134,7 @@ def top_rows(rows: list[Any], k: int, field: str) -> tuple[torch.Tensor, torch.T
     ids, values = [], []
     for n, row in enumerate(rows):
         if not isinstance(row, list) or len(row) < k:
-            raise ResponseFormatError(f"{field}[{n}]: expected {k} candidates, got {_describe(row)}")
+            raise ResponseFormatError(f"{field}[{n}]: expected {k} candidates, got {describe(row)}")
         values.append([_logprob_value(t, f"{field}[{n}]") for t in row[:k]])
         ids.append([int(t[1]) for t in row[:k]])
     return torch.tensor(ids, dtype=torch.long).reshape(-1, k), torch.tensor(values).reshape(-1, k)
@@ -142,7 +142,7 @@ def top_rows(rows: list[Any], k: int, field: str) -> tuple[torch.Tensor, torch.T
 
 def _meta_info(item: Any) -> dict[str, Any]:
     if not isinstance(item, dict) or not isinstance(item.get("meta_info"), dict):
-        raise ResponseFormatError(f"/generate result without meta_info: {_describe(item)}")
+        raise ResponseFormatError(f"/generate result without meta_info: {describe(item)}")
     return item["meta_info"]
 
 
@@ -162,8 +162,3 @@ def _check_echo(echoed: Any, sent: int, vocab_size: int, position: int) -> None:
         f"echoed token id {echoed!r} at position {position} differs from the id sent ({sent}): "
         "the server scored a different sequence"
     )
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 200 else text[:200] + "..."

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from dnmopd.serving.errors import ResponseFormatError
+from dnmopd.serving.errors import ResponseFormatError, describe
 
 
 def score_body(prompts: Sequence[Sequence[int]], *, top_k: int = 0) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def score_body(prompts: Sequence[Sequence[int]], *, top_k: int = 0) -> dict[str,
 def choices_in_order(payload: Any, count: int) -> list[dict[str, Any]]:
     choices = payload.get("choices") if isinstance(payload, dict) else None
     if not isinstance(choices, list) or len(choices) != count:
-        raise ResponseFormatError(f"/v1/completions: expected {count} choices, got {_describe(payload)}")
+        raise ResponseFormatError(f"/v1/completions: expected {count} choices, got {describe(payload)}")
     ordered = sorted(choices, key=lambda c: c.get("index", -1) if isinstance(c, dict) else -1)
     if [c.get("index") for c in ordered] != list(range(count)):
         raise ResponseFormatError(f"/v1/completions: choice indices {[c.get('index') for c in ordered]}")
@@ -50,7 +50,7 @@ def parse_score(
     entries = choice.get("prompt_logprobs")
     if not isinstance(entries, list) or len(entries) != len(token_ids):
         raise ResponseFormatError(
-            f"prompt_logprobs: expected {len(token_ids)} entries, got {_describe(entries)}"
+            f"prompt_logprobs: expected {len(token_ids)} entries, got {describe(entries)}"
         )
     values, top_ids, top_values = [], [], []
     for position in range(prompt_len, len(token_ids)):
@@ -58,7 +58,7 @@ def parse_score(
         key = str(token_ids[position])
         if not isinstance(entry, dict) or key not in entry:
             raise ResponseFormatError(
-                f"prompt_logprobs[{position}] has no entry for the id sent ({key}): {_describe(entry)}"
+                f"prompt_logprobs[{position}] has no entry for the id sent ({key}): {describe(entry)}"
             )
         values.append(_value(entry[key], f"prompt_logprobs[{position}]"))
         if top_k:
@@ -93,7 +93,7 @@ def parse_generation(payload: Any) -> tuple[list[int], torch.Tensor, str]:
     token_ids = choice.get("token_ids")
     logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
     if not isinstance(token_ids, list) or not isinstance(logprobs, list) or len(token_ids) != len(logprobs):
-        raise ResponseFormatError(f"generation: token_ids and token_logprobs disagree: {_describe(choice)}")
+        raise ResponseFormatError(f"generation: token_ids and token_logprobs disagree: {describe(choice)}")
     finish = choice.get("finish_reason")
     if finish not in ("stop", "length"):
         raise ResponseFormatError(f"unexpected finish_reason {finish!r}")
@@ -106,8 +106,3 @@ def _value(candidate: Any, where: str) -> float:
     if not isinstance(value, int | float) or math.isnan(value):
         raise ResponseFormatError(f"{where}: log-prob is {value!r}")
     return float(value)
-
-
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 200 else text[:200] + "..."
