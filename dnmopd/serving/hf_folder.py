@@ -21,6 +21,7 @@ def write_hf_folder(
     named_tensors: Iterable[tuple[str, torch.Tensor]], base_model_path: str | Path, out_dir: str | Path,
     *, max_shard_size: str = "5GB",
 ) -> Path:
+    """Write the tensors and the base model's non-weight files as an HF folder at `out_dir`; returns it."""
     from huggingface_hub import save_torch_state_dict
 
     base, out_dir = Path(base_model_path), Path(out_dir)
@@ -32,13 +33,17 @@ def write_hf_folder(
     tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for item in base.iterdir():
-        if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and not item.name.endswith(".index.json"):
-            shutil.copy2(item, tmp / item.name)
-    save_torch_state_dict(state, tmp, max_shard_size=max_shard_size)
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    os.replace(tmp, out_dir)
+    try:
+        for item in base.iterdir():
+            if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and not item.name.endswith(".index.json"):
+                shutil.copy2(item, tmp / item.name)
+        save_torch_state_dict(state, tmp, max_shard_size=max_shard_size)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # a failed write leaves nothing behind
+        raise
     return out_dir
 
 
