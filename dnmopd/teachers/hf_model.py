@@ -32,6 +32,9 @@ def config_vocab_size(model_path: str) -> int | None:
     path = Path(model_path) / "config.json"
     if not path.is_file():
         return None
-    config = json.loads(path.read_text())
-    size = config.get("vocab_size") or config.get("text_config", {}).get("vocab_size")
+    try:
+        config = json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(f"{path}: not valid JSON ({error})") from None
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return int(size) if size else None
