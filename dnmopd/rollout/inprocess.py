@@ -124,11 +124,12 @@ class InProcessRollout(RolloutEngine):
     @staticmethod
     def _collect(requests, tokens, logprobs, stops, stopped) -> list[Rollout]:
         rollouts = []
+        stop_ids = set(stops.tolist())
         for row, request in enumerate(requests):
             ids = tokens[row].tolist()
             length = len(ids)
             if bool(stopped[row]):  # cut after the first stop token, which stays in the response
-                length = next(i for i, t in enumerate(ids) if t in set(stops.tolist())) + 1
+                length = next(i for i, t in enumerate(ids) if t in stop_ids) + 1
             rollouts.append(Rollout(
                 sample_id=request.sample_id, prompt_ids=list(request.prompt_ids), response_ids=ids[:length],
                 logprobs=logprobs[row, :length].float().cpu(),
