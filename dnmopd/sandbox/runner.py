@@ -183,9 +183,15 @@ def run(command: Sequence[str], *, limits: Limits = DEFAULT_LIMITS, stdin: bytes
 @functools.cache
 def probe() -> Probe:
     """What this machine offers (cached for the process)."""
-    report = json.loads(subprocess.run([str(sandbox_executable()), "--probe"], capture_output=True,
-                                       check=True, timeout=60).stdout)
-    return Probe(**{f.name: report[f.name] for f in fields(Probe)})
+    executable = sandbox_executable()
+    try:
+        done = subprocess.run([str(executable), "--probe"], capture_output=True, check=True, timeout=60)
+        report = json.loads(done.stdout)
+        return Probe(**{f.name: report[f.name] for f in fields(Probe)})
+    except (subprocess.SubprocessError, ValueError, KeyError, TypeError) as error:
+        stderr = (getattr(error, "stderr", None) or b"").decode(errors="replace").strip()
+        raise SandboxError(f"`{executable} --probe` gave no usable report: {error}"
+                           + (f"; stderr: {stderr[-500:]}" if stderr else "")) from error
 
 
 def isolation_level() -> str:
