@@ -117,8 +117,9 @@ class Downloader:
         def __post_init__(self) -> None:
             if self.backend not in BACKENDS:
                 raise ValueError(f"Downloader.Config.backend must be one of {BACKENDS}, got {self.backend!r}")
-            if self.timeout_s <= 0 or self.chunk_bytes <= 0:
-                raise ValueError("Downloader.Config.timeout_s and chunk_bytes must be > 0")
+            for name in ("timeout_s", "chunk_bytes"):
+                if not getattr(self, name) > 0:
+                    raise ValueError(f"Downloader.Config.{name} must be > 0, got {getattr(self, name)!r}")
 
     def __init__(self, config: Downloader.Config, manifest: Manifest) -> None:
         self.config, self.manifest = config, manifest

@@ -90,6 +90,10 @@ class Manifest:
         return chosen
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def _file_entry(path: str, entry: object, source: str) -> ManifestFile:
     where = f"{source}: files[{path!r}]"
     if not isinstance(entry, dict):
@@ -98,15 +102,18 @@ def _file_entry(path: str, entry: object, source: str) -> ManifestFile:
         raise ManifestError(f"{where}: path must be relative and stay inside the data folder")
     for key in ("bytes", "rows"):
         value = entry.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not _is_count(value):
             raise ManifestError(f"{where}: field {key!r} must be a non-negative integer, got {value!r}")
     if not isinstance(entry.get("sha256"), str) or not _SHA256.match(entry["sha256"]):
         raise ManifestError(f"{where}: field 'sha256' must be 64 lowercase hex digits")
     if entry.get("prompt") not in ("messages", "text"):
         raise ManifestError(f"{where}: field 'prompt' must be 'messages' or 'text', got {entry.get('prompt')!r}")
     domains = entry.get("domains")
-    if not isinstance(domains, dict) or sum(domains.values()) != entry["rows"]:
-        raise ManifestError(f"{where}: field 'domains' must be an object whose counts add up to 'rows'")
+    counts = list(domains.values()) if isinstance(domains, dict) else [None]
+    if not all(_is_count(c) for c in counts) or sum(counts) != entry["rows"]:
+        raise ManifestError(
+            f"{where}: field 'domains' must be an object of non-negative integer counts that add up to 'rows'"
+        )
     return ManifestFile(path, str(entry.get("config", "")), entry["prompt"], entry["bytes"], entry["sha256"],
                         entry["rows"], dict(domains))
 

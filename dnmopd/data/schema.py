@@ -158,10 +158,6 @@ class ValidationReport:
     def skipped(self) -> int:
         return len(self.errors)
 
-    @property
-    def skipped_lines(self) -> set[int]:
-        return {e.line for e in self.errors}
-
     def summary(self) -> str:
         counts = ", ".join(f"{d} {n}" for d, n in sorted(self.domains.items()))
         text = f"{self.path}: {self.rows} valid rows ({counts})"
