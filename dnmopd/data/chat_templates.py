@@ -1,11 +1,12 @@
 """Our Jinja chat templates for Qwen3.5 and Qwen3 text conversations (qwen35.md 6.3).
 
 They reproduce the official templates for system / user / assistant turns without tools or images:
-assistant turns after the last user message carry a think block (empty when there is no reasoning), and
-the generation prompt is ``<|im_start|>assistant\\n`` followed, with ``enable_thinking=False``, by the empty
-think block ``<think>\\n\\n</think>\\n\\n``. Qwen3.5 trims message content and opens ``<think>\\n`` when
-thinking is on; Qwen3 keeps content as is and opens nothing. Anything else (tools, other roles, non-string
-content) is refused with an error instead of being rendered differently from the real template.
+assistant turns after the last user message carry a think block (empty when there is no reasoning; Qwen3
+only on the last turn or a turn with reasoning), and the generation prompt is ``<|im_start|>assistant\\n``
+followed, with ``enable_thinking=False``, by the empty think block ``<think>\\n\\n</think>\\n\\n``.
+Qwen3.5 trims message content and opens ``<think>\\n`` when thinking is on; Qwen3 keeps content as is and
+opens nothing. Anything else (tools, other roles, non-string content) is refused with an error instead of
+being rendered differently from the real template.
 """
 
 _TEMPLATE = """\

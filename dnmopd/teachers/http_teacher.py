@@ -1,4 +1,5 @@
-"""What the SGLang and vLLM teachers share: the replica pool, id validation, startup checks, batching."""
+"""What the SGLang and vLLM teachers share: the config, the replica pool, id validation, checks of each
+answer, startup checks, batching."""
 
 from __future__ import annotations
 
