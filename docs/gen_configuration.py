@@ -3,10 +3,9 @@
     python docs/gen_configuration.py           # rewrite the generated part of docs/configuration.md
     python docs/gen_configuration.py --check   # exit 1 (and say so) when it is out of date
 
-An option's meaning is its field's docstring: the string literal right under the field in the source. Fields
-without one take their meaning from FALLBACK below (an entry for a field that has gained a docstring, or
-that no longer exists, is an error, so the two never disagree). Each dataclass is documented once, at its
-first path; later uses link there. A `backend:` choice documents every backend's options.
+An option's meaning is its field's docstring: the string literal right under the field in the source; a
+field without one is an error here (so every option is documented). Each dataclass is documented once, at
+its first path; later uses link there. A `backend:` choice documents every backend's options.
 """
 
 from __future__ import annotations
@@ -36,28 +35,6 @@ END = "<!-- END GENERATED -->"
 BACKENDS = {teacher_config_class: sorted(TEACHER_BACKENDS), rollout_config_class: sorted(ROLLOUT_BACKENDS)}
 ROOTS = [("run config", TrainerConfig, "`launch/pretrain_dnmopd.py --config ...`: top-level sections"),
          ("servers file", TeacherServers, "`launch/start_teachers.py --config ...`")]
-FALLBACK = {
-    "TrainerConfig.run": "Run name, output folder, mode (opd, grpo, sft) and seed.",
-    "TrainerConfig.parallel": "Tensor/pipeline parallel layout of the student; data parallel = processes / (TP x PP).",
-    "TrainerConfig.data": "Prompt file, domains, sampler and lengths.",
-    "TrainerConfig.teachers": "The teachers (opd; the answering teachers of sft) and their failure policy.",
-    "TrainerConfig.method": "The distillation method: routing, multipliers, injection, loss (opd; routing in sft).",
-    "TrainerConfig.optimizer": "Optimizer, learning-rate schedule, weight decay and gradient clipping.",
-    "TrainerConfig.train": "Run length, optimizer steps per update and micro-batching.",
-    "TrainerConfig.checkpoint": "Checkpoints, resume and the Hugging Face release.",
-    "TrainerConfig.logging": "Metrics sinks, progress display and the end-of-run plots.",
-    "DataConfig.sampler": "Prompts per rollout batch and their order.",
-    "MethodConfig.loss": "The loss of the student update.",
-    "LoggingConfig.metrics": "Where per-update metrics go besides <run_dir>/metrics.jsonl.",
-    "OptimizerConfig.weight_decay": "Decoupled weight decay (AdamW style) of every parameter.",
-    "OptimizerConfig.adam_beta1": "Adam's first-moment decay.",
-    "OptimizerConfig.adam_beta2": "Adam's second-moment decay.",
-    "OptimizerConfig.adam_eps": "Adam's epsilon.",
-    "OptimizerConfig.sgd_momentum": "Momentum of optimizer.name sgd.",
-    "GRPOConfig.eps_low": "PPO clip: ratio >= 1 - eps_low for negative advantages.",
-    "GRPOConfig.eps_high": "PPO clip: ratio <= 1 + eps_high for positive advantages.",
-    "GRPOConfig.dual_clip": "Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off).",
-}
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -87,7 +64,6 @@ class Reference:
     def __init__(self):
         self.sections: list[str] = []
         self.documented: dict[type, str] = {}
-        self.fallbacks_used: set[str] = set()
 
     def section(self, path: str, cls: type, title: str = "", key: str = "") -> str:
         """Document `cls` at `path` (once; a root has no path) under the anchor of `key` (default: the path);
@@ -104,7 +80,9 @@ class Reference:
             child = f"{path}.{f.name}" if path else f.name
             text, pending = self.type_text(hints[f.name], child, f"{key}.{f.name}" if path else f.name)
             children += pending
-            meaning = docs.get(f.name) or self.fallback(cls, f.name) or ""
+            meaning = docs.get(f.name)
+            if not meaning:
+                raise ValueError(f"{cls.__qualname__}.{f.name} has no docstring: add one under the field")
             if not meaning and not pending:
                 raise ValueError(f"{cls.__qualname__}.{f.name} has no docstring: add one in the source")
             meaning = meaning.replace("|", "\\|")
@@ -116,12 +94,6 @@ class Reference:
         for child_path, child, child_title, child_key in children:
             self.section(child_path, child, child_title, child_key)
         return link
-
-    def fallback(self, cls: type, name: str) -> str | None:
-        key = f"{cls.__qualname__}.{name}"
-        if key in FALLBACK:
-            self.fallbacks_used.add(key)
-        return FALLBACK.get(key)
 
     def type_text(self, hint: Any, path: str, key: str) -> tuple[str, list[tuple[str, type, str, str]]]:
         """How a type reads in the table, and the sections (path, class, title, anchor key) it needs."""
@@ -175,9 +147,6 @@ def generate() -> str:
     reference = Reference()
     for root, cls, title in ROOTS:
         reference.section("", cls, title, key=root)
-    unused = sorted(set(FALLBACK) - reference.fallbacks_used)
-    if unused:
-        raise ValueError(f"FALLBACK entries {unused} are not used (the field has a docstring now, or is gone)")
     return "\n".join(reference.sections)
 
 

@@ -7,8 +7,8 @@ A config file is a YAML mapping whose keys are the fields of a dataclass tree. I
 (paths relative to the file): those files are loaded first and deep-merged in order (mappings merge, lists
 and scalars replace), then the file's own keys, then the command-line overrides. A mapping tagged `!replace`
 (`method: !replace {...}`) replaces what earlier files set under its key instead of merging into it, so a
-preset can be complete on its own (e.g. a method file over a recipe that already names another method). Every value remembers
-where it came from, so an unknown key, a wrong type or a failed validation is reported as
+preset can be complete on its own (e.g. a method file over a recipe that already names another method).
+Every value remembers where it came from, so an unknown key, a wrong type or a failed validation is reported as
 `configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`.
 """
 
@@ -90,18 +90,30 @@ class RawConfig:
         _deep_merge(self.data, other.data, (), self.origins, other.origins)
 
     def override(self, assignment: str) -> None:
+        """Apply `key.path=value` (YAML value); a numeric part indexes a list (`teachers.models.0.model_path=...`)."""
         key, sep, text = assignment.partition("=")
         path = tuple(part.strip() for part in key.split("."))
         if not sep or not all(path):
             raise ConfigError(f"--set {assignment!r}: expected key.path=value")
         value = yaml.safe_load(text) if text.strip() else ""
         node = self.data
-        for i, part in enumerate(path[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {assignment}: {'.'.join(path[: i + 1])} is not a mapping")
-            node = child
-        node[path[-1]] = value
+        for i, part in enumerate(path):
+            where = ".".join(path[: i + 1])
+            last = i == len(path) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"--set {assignment}: {where}: no item {part} in a list of {len(node)}")
+                if last:
+                    node[int(part)] = value
+                else:
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    node = node.setdefault(part, {})
+            else:
+                raise ConfigError(f"--set {assignment}: {'.'.join(path[:i])} is neither a mapping nor a list")
         self.origins[path] = Source(f"--set {assignment}")
         for stale in [p for p in self.origins if p[: len(path)] == path and len(p) > len(path)]:
             del self.origins[stale]

@@ -80,9 +80,7 @@ def check_supported(arch: StudentArch, dims: ParallelDims) -> None:
         )
 
 
-def transformer_config(
-    arch: StudentArch, options: BuildOptions, dims: ParallelDims, *, initialize: bool
-) -> TransformerConfig:
+def transformer_config(arch: StudentArch, options: BuildOptions, dims: ParallelDims) -> TransformerConfig:
     dtype = options.resolved_dtype(arch)
     on_gpu = torch.cuda.is_available()
     gdn = arch.gdn
@@ -123,7 +121,9 @@ def transformer_config(
         bf16=dtype == torch.bfloat16,
         fp16=dtype == torch.float16,
         use_cpu_initialization=not on_gpu,
-        perform_initialization=initialize,
+        # always on, also when weights are loaded afterwards: megatron's parallel layers set their
+        # tensor-parallel attributes (which gradient-norm clipping relies on) only while initializing
+        perform_initialization=True,
         bias_activation_fusion=on_gpu,
         bias_dropout_fusion=on_gpu,
         masked_softmax_fusion=False,
@@ -142,14 +142,11 @@ def build_model_chunks(
     dims: ParallelDims,
     *,
     vocab_size_padded: int | None = None,
-    initialize: bool = True,
 ) -> list[StudentModel]:
-    """One :class:`StudentModel` per virtual pipeline stage of this rank (a single chunk without VPP).
-
-    ``initialize=False`` skips random initialisation (use it when weights are loaded right after).
-    """
+    """One randomly initialized :class:`StudentModel` per virtual pipeline stage of this rank (a single chunk
+    without VPP)."""
     check_supported(arch, dims)
-    config = transformer_config(arch, options, dims, initialize=initialize)
+    config = transformer_config(arch, options, dims)
     provider = spec_provider(config.transformer_impl)
     padded = vocab_size_padded or padded_vocab_size(arch.vocab_size, dims.tp_size, options.make_vocab_size_divisible_by)
     if padded < arch.vocab_size or padded % dims.tp_size:

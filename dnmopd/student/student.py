@@ -59,7 +59,7 @@ class Student:
         options = options or BuildOptions()
         arch = StudentArch.from_hf_dir(hf_path)
         padded = padded_vocab_size(arch.vocab_size, dims.tp_size, options.make_vocab_size_divisible_by)
-        chunks = build_model_chunks(arch, options, dims, vocab_size_padded=padded, initialize=False)
+        chunks = build_model_chunks(arch, options, dims, vocab_size_padded=padded)
         dtypes = load_hf_weights(chunks, hf_path, arch, dims, padded)
         base = str(Path(hf_path).resolve())
         return cls(chunks, arch, dims, options, padded_vocab=padded, hf_dtypes=dtypes, base_model=base)
@@ -78,7 +78,7 @@ class Student:
                 f"{directory}: padded vocabulary {padded} is not divisible by tensor parallel size {dims.tp_size}; "
                 "load it at a TP size that divides it, or convert it through a Hugging Face folder"
             )
-        chunks = build_model_chunks(arch, options, dims, vocab_size_padded=padded, initialize=False)
+        chunks = build_model_chunks(arch, options, dims, vocab_size_padded=padded)
         checkpoint.load_checkpoint(chunks, directory)
         return cls(
             chunks, arch, dims, options, padded_vocab=padded, hf_dtypes=meta["hf_dtypes"], base_model=meta["base_model"]

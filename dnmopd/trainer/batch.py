@@ -98,15 +98,50 @@ class TrainBatch:
         return cls(tokens, torch.tensor([len(p) for p in prompts]), mask, rollout, target, explicit, valid,
                    torch.tensor(list(domain_ids), dtype=torch.long))
 
-    def micro_batches(self, max_tokens: int, num_rows: int | None = None) -> list[TrainBatch]:
-        """Consecutive rows in micro-batches of equal shape [m, S] with m * S <= max_tokens (at least one row);
-        the last one is padded with empty rows so a pipeline sees one tensor shape."""
-        per_batch = num_rows or max(1, max_tokens // self.tokens.shape[1])
-        chunks = [self.select(slice(i, i + per_batch)) for i in range(0, self.size, per_batch)]
-        last = chunks[-1]
-        if last.size < per_batch:
-            chunks[-1] = last.padded_to(per_batch)
-        return chunks
+    def micro_batches(self, max_tokens: int, *, uniform: bool = False, multiple_of: int = 1
+                      ) -> list[tuple[torch.Tensor, TrainBatch]]:
+        """(row indices, micro-batch) pairs covering every row once, each micro-batch of at most `max_tokens`
+        padded tokens (but at least one row).
+
+        Rows are taken longest first, so each micro-batch is padded only to its own longest sequence. With
+        `uniform` (pipeline parallelism: one tensor shape for every stage-to-stage message) all micro-batches
+        have the same rows and length, the last one padded with empty rows (index -1); `multiple_of` then pads
+        the count of micro-batches to a multiple (the interleaved schedule needs a multiple of the stages).
+        """
+        lengths = self.prompt_lens + self.response_lens
+        order = torch.argsort(lengths, descending=True, stable=True)
+        if uniform:
+            rows = max(1, max_tokens // int(lengths.max()))
+            count = -(-self.size // rows)
+            count = -(-count // multiple_of) * multiple_of
+            padded = torch.cat([order, torch.full((count * rows - self.size,), -1, dtype=torch.long)])
+            full = self.padded_to(count * rows)
+            full_index = torch.cat([order, torch.arange(self.size, count * rows)])
+            return [(padded[i * rows:(i + 1) * rows], full.select(full_index[i * rows:(i + 1) * rows]))
+                    for i in range(count)]
+        groups, current = [], []
+        for row in order.tolist():
+            longest = int(lengths[current[0]]) if current else int(lengths[row])
+            if current and (len(current) + 1) * longest > max_tokens:
+                groups.append(current)
+                current = []
+            current.append(row)
+        groups.append(current)
+        return [(torch.tensor(g), self.select(torch.tensor(g)).trimmed()) for g in groups]
+
+    def trimmed(self) -> TrainBatch:
+        """The same rows with the sequence and response dimensions cut to what these rows use."""
+        length = int((self.prompt_lens + self.response_lens).max())
+        response = max(int(self.response_lens.max()), 1)
+        cut = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "tokens":
+                value = value[:, :length]
+            elif value is not None and value.dim() >= 2 and f.name != "tokens":
+                value = value[:, :response]
+            cut[f.name] = value
+        return TrainBatch(**cut)
 
     def padded_to(self, rows: int) -> TrainBatch:
         extra = rows - self.size

@@ -68,6 +68,7 @@ class DataConfig:
     domains: list[str] = field(default_factory=lambda: ["math", "code", "ifeval"])
     """Domains in a fixed order (the columns of the DN statistics); every row's metadata.domain must be one."""
     sampler: PromptSampler.Config = field(default_factory=PromptSampler.Config)
+    """Prompts per rollout batch (over all data-parallel ranks), shuffle seed and order."""
     samples_per_prompt: int = 8
     """n: responses sampled per prompt (the paper: 8)."""
     max_prompt_tokens: int = 2048
@@ -119,10 +120,15 @@ class OptimizerConfig:
     lr_decay_style: str = "constant"
     """constant, linear or cosine after the warm-up."""
     weight_decay: float = 0.1
+    """Decoupled (AdamW-style) weight decay of the weight matrices (megatron exempts biases and norm scales)."""
     adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
     adam_beta2: float = 0.98
+    """Adam's second-moment decay."""
     adam_eps: float = 1e-8
+    """Adam's epsilon."""
     sgd_momentum: float = 0.9
+    """Momentum of optimizer.name sgd."""
     clip_grad: float = 1.0
     """Clip the global gradient norm to this value (0: off)."""
 
@@ -174,6 +180,7 @@ class CheckpointConfig:
 @dataclass(kw_only=True, slots=True)
 class LoggingConfig:
     metrics: MetricsLogger.Config = field(default_factory=MetricsLogger.Config)
+    """Where per-update metrics go besides <run_dir>/metrics.jsonl (TensorBoard, W&B)."""
     progress: bool = True
     """Show a live progress display on rank 0 (plain log lines when not a terminal)."""
     report: bool = True
@@ -189,8 +196,11 @@ class GRPOConfig:
     on_no_verdict: str = "zero"
     """zero: a response the verifier could not judge gets reward 0 (counted); stop: the update fails."""
     eps_low: float = 0.2
+    """PPO clip: ratio >= 1 - eps_low for negative advantages."""
     eps_high: float = 0.2
+    """PPO clip: ratio <= 1 + eps_high for positive advantages."""
     dual_clip: float | None = None
+    """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off)."""
 
     def __post_init__(self):
         if self.on_no_verdict not in ("zero", "stop"):
@@ -216,22 +226,31 @@ class SFTConfig:
 @dataclass(kw_only=True, slots=True)
 class TrainerConfig:
     run: RunConfig
+    """Run name, output folder, mode (opd, grpo, sft) and seed."""
     student: Student.Config
     """The student: hf_path of the initial weights + build options (dtype, GDN backend, recompute)."""
     parallel: ParallelDims.Config = field(default_factory=ParallelDims.Config)
+    """Tensor/pipeline layout of the student; data parallel = processes / (tensor x pipeline)."""
     data: DataConfig = field(default_factory=DataConfig)
+    """Prompt file, domains, sampler and lengths."""
     rollout: RolloutConfig | None = None
     """The student's rollout engine and sampling (opd and grpo)."""
     teachers: TeachersConfig = field(default_factory=TeachersConfig)
+    """The teachers (opd; the answering teachers of sft) and their failure policy."""
     method: MethodConfig = field(default_factory=MethodConfig)
+    """The distillation method: routing, multipliers, injection, loss (opd; routing in sft)."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     """GRPO options (run.mode grpo)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """SeqKD-SFT options (run.mode sft)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    """Optimizer, learning-rate schedule, weight decay and gradient clipping."""
     train: TrainConfig = field(default_factory=TrainConfig)
+    """Run length, optimizer steps per update and micro-batching."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints, resume and the Hugging Face release."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    """Metrics sinks, progress display and the end-of-run plots."""
 
     def __post_init__(self):
         if self.run.mode in ("opd", "grpo") and self.rollout is None:

@@ -94,6 +94,7 @@ class MethodConfig:
     injection: InjectionConfig | None = None
     """Annealed teacher-trajectory injection (label routing only; exclusive with dn/fixed multipliers)."""
     loss: LossConfig = field(default_factory=LossConfig)
+    """The loss of the student update."""
 
     def __post_init__(self):
         if self.injection is not None:

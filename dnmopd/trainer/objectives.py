@@ -2,7 +2,7 @@
 
 Each returns (loss, metrics): the loss is this micro-batch's share of the global objective (normalized by
 the global response or token count, see `optimization`), metrics hold detached sums and the per-token
-log-probs (`rows`, `cols`, `logp`, `size`) so the caller can reassemble them.
+log-probs (`rows`, `cols`, `logp`) so the caller can reassemble them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dnmopd.trainer.update import TokenView
 def _token_metrics(mb: TrainBatch, tokens: TokenView, logp: torch.Tensor, loss: torch.Tensor) -> dict:
     mask = mb.loss_mask.to(logp.device)[tokens.rows, tokens.cols]
     rollout = mb.rollout_logp.to(logp.device)[tokens.rows, tokens.cols]
-    return {"loss": loss.detach(), "rows": tokens.rows, "cols": tokens.cols, "logp": logp.detach(), "size": mb.size,
+    return {"loss": loss.detach(), "rows": tokens.rows, "cols": tokens.cols, "logp": logp.detach(),
             "rollout_abs_diff": ((logp.detach() - rollout).abs() * mask).sum(), "tokens": mask.sum()}
 
 

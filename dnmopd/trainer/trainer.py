@@ -267,7 +267,16 @@ class Trainer:
         return metrics
 
     def _sync_weights(self, batch: TrainBatch | None) -> None:
-        """Send the new weights to the leader's rollout engine and verify them with a probe sequence."""
+        """Send the new weights to the rollout engine and verify them with a probe sequence. An in-process engine
+        is each leader's own; server engines are shared by all data-parallel replicas, so only the first one
+        updates them and every rank waits for it."""
+        shared = self.config.rollout.engine.backend != "inprocess"
+        if not shared or self.dp_rank == 0:
+            self._send_weights(batch)
+        if shared:
+            dist.barrier()
+
+    def _send_weights(self, batch: TrainBatch | None) -> None:
         probe_batch = batch.select(slice(0, 1)) if batch is not None and batch.size else self._probe_batch()
         expected = self.logp(probe_batch)
         tensors = self.student.hf_tensors(causal_lm_names=self.config.rollout.engine.backend == "inprocess")

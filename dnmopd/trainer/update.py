@@ -55,24 +55,23 @@ class StudentForward:
     def run(self, batch: TrainBatch, loss_fn: Callable[[TrainBatch, TokenView], tuple], *,
             forward_only: bool) -> list:
         """loss_fn(micro_batch, tokens) -> (loss, metrics dict) on the last stage. Returns the metrics dicts of
-        every micro-batch (last stage only; empty elsewhere)."""
+        every micro-batch (last stage only; empty elsewhere), with `rows` mapped back to rows of `batch`."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
         num_chunks = len(self.model)
-        micro = batch.micro_batches(self.micro_batch_tokens)
-        if num_chunks > 1 and len(micro) % self.dims.pp_size:  # the interleaved schedule needs a multiple of pp
-            rows = micro[0].size
-            micro = batch.padded_to(-(-batch.size // (rows * self.dims.pp_size)) * rows * self.dims.pp_size)
-            micro = micro.micro_batches(self.micro_batch_tokens, num_rows=rows)
+        pipelined = self.dims.pp_size > 1
+        micro = batch.micro_batches(self.micro_batch_tokens, uniform=pipelined,
+                                    multiple_of=self.dims.pp_size if num_chunks > 1 else 1)
         device = next(self.student.chunks[0].parameters()).device
         tp_group = self.dims.pg.tp
 
         def forward_step(data_iterator, model):
-            mb = next(data_iterator)
+            index, mb = next(data_iterator)
             output = model(mb.tokens.to(device), return_hidden_states=True)
 
             def loss_func(hidden, non_loss_data=False):
                 loss, metrics = loss_fn(mb, response_tokens(mb, hidden, tp_group))
+                metrics["rows"] = index.to(metrics["rows"].device)[metrics["rows"]]
                 return loss, torch.ones((), dtype=torch.int, device=loss.device), metrics
 
             return output, loss_func
@@ -84,21 +83,17 @@ class StudentForward:
             data_iterator=iterators if num_chunks > 1 else iterators[0],
             model=self.model if num_chunks > 1 else self.model[0],
             num_microbatches=len(micro),
-            seq_length=micro[0].tokens.shape[1],
-            micro_batch_size=micro[0].size,
+            seq_length=micro[0][1].tokens.shape[1],
+            micro_batch_size=micro[0][1].size,
             forward_only=forward_only,
         )
 
 
 def logp_matrix(batch: TrainBatch, pieces: list[dict]) -> torch.Tensor:
-    """Reassemble per-micro-batch `logp` pieces (in micro-batch order) into [B, T]."""
+    """Scatter per-micro-batch `logp` pieces (tokens at batch `rows`, response positions `cols`) into [B, T]."""
     out = torch.zeros(batch.response_mask.shape)
-    offset = 0
     for piece in pieces:
-        rows, cols, values = piece["rows"] + offset, piece["cols"], piece["logp"]
-        keep = rows < batch.size
-        out[rows[keep].cpu(), cols[keep].cpu()] = values[keep].float().cpu()
-        offset += piece["size"]
+        out[piece["rows"].cpu(), piece["cols"].cpu()] = piece["logp"].float().cpu()
     return out
 
 

@@ -150,3 +150,13 @@ def test_replace_tag_replaces_instead_of_merging(tmp_path):
     assert config.optimizer == Inner(lr=3e-5)  # kind back to its default, not sgd
     with pytest.raises(ConfigError, match=r"bad.yaml:3: optimizer.lr: expected a number"):
         load_config(Root, write(tmp_path, "bad.yaml", "extends: base.yaml\nname: y\noptimizer: !replace {lr: x}\n"))
+
+
+def test_set_indexes_lists(tmp_path):
+    run = write(tmp_path, "run.yaml", "teachers:\n  - {backend: fast, urls: [a]}\n  - {backend: local}\n")
+    config = load_config(WithChoices, run, ["teachers.1.path=elsewhere", "teachers.0.urls.0=b"])
+    assert config.teachers == [Choice("fast", Fast(urls=["b"])), Choice("local", Local(path="elsewhere"))]
+    with pytest.raises(ConfigError, match=r"teachers.2: no item 2 in a list of 2"):
+        load_config(WithChoices, run, ["teachers.2.path=x"])
+    with pytest.raises(ConfigError, match=r"teachers.0.urls.0 is neither a mapping nor a list"):
+        load_config(WithChoices, run, ["teachers.0.urls.0.x=1"])

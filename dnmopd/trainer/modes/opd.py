@@ -21,6 +21,19 @@ from dnmopd.trainer.method import Method
 from dnmopd.trainer.modes.base import Mode, counts_over
 from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL
 
+OUTPUT_WEIGHT_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+
+
+def teacher_output_weight(model_path: str) -> torch.Tensor:
+    """A Hugging Face teacher's LM-head weight [vocab, hidden] (its input embedding when tied), read alone."""
+    from dnmopd.student.weights import SafetensorsFolder
+
+    folder = SafetensorsFolder(model_path)
+    name = next((n for n in OUTPUT_WEIGHT_NAMES if n in folder.file_of), None)
+    if name is None:
+        raise ValueError(f"{model_path}: no LM head among {OUTPUT_WEIGHT_NAMES}")
+    return folder.get(name)
+
 
 class OPDMode(Mode):
     def __init__(self, trainer):
@@ -30,6 +43,9 @@ class OPDMode(Mode):
         self.full_vocab = method.loss.kind == "full_vocab_reverse_kl"
         self.bank = InjectionBank.load(method.injection.bank) if method.injection else None
         self.teachers = trainer.build_teachers(return_hidden_states=self.full_vocab) if trainer.is_leader else {}
+        # the full-vocab loss needs every teacher's LM head on every rank of the last pipeline stage
+        self.teacher_heads = [teacher_output_weight(m.config.model_path) for m in self.config.teachers.models] \
+            if self.full_vocab and trainer.student.is_last_stage else []
         self.collector = None
         if trainer.is_leader:
             self.collector = ExperienceCollector(
@@ -85,7 +101,7 @@ class OPDMode(Mode):
         return batch
 
     def _attach_teacher_hidden(self, batch: TrainBatch, samples: list[Sample]) -> None:
-        names = list(self.teachers)
+        names = self.config.teachers.names()
         width = next(h for s in samples for h in s.hidden_states.values()).shape[-1]
         batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, width)
         batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
@@ -145,8 +161,8 @@ class OPDMode(Mode):
         trainer, loss = self.trainer, self.config.method.loss
         chunk = self.config.train.logit_chunk_tokens
         if self.full_vocab:
-            weights = [t.output_weight.detach() for t in self.teachers.values()]
-            return FullVocabReverseKL(trainer.output_chunk, trainer.dims.pg.tp, weights, num_responses=num_responses,
+            return FullVocabReverseKL(trainer.output_chunk, trainer.dims.pg.tp, self.teacher_heads,
+                                      num_responses=num_responses,
                                       num_domains=len(self.method.domains), chunk_size=chunk)
         return ClippedSurrogate(trainer.output_chunk, trainer.dims.pg.tp, num_responses=num_responses,
                                 eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=loss.dual_clip,
