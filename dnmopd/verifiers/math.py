@@ -125,6 +125,9 @@ class _Worker:
         self.conn.close()
 
 
+_NEW, _WAIT = object(), object()
+
+
 class MathVerifier:
     """A pool of killable math-grader processes; ``verify`` is thread-safe."""
 
@@ -154,7 +157,7 @@ class MathVerifier:
     def __init__(self, config: MathVerifier.Config | None = None) -> None:
         self.config = config or MathVerifier.Config()
         self._context = multiprocessing.get_context("spawn")
-        self._idle: queue.SimpleQueue[_Worker] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._started = 0
         self._closed = False
@@ -162,17 +165,27 @@ class MathVerifier:
         """Counts of ``timeout`` / ``crash`` / ``error`` events, for metrics."""
 
     def _acquire(self) -> _Worker:
-        """An idle worker; a new one while fewer than ``workers`` exist; else wait for one."""
+        """An idle worker; a new one while fewer than ``workers`` exist; else wait for one. The idle queue holds
+        workers and ``None`` for a free slot (its worker died): taking ``None`` starts a worker in that slot, so a
+        waiting caller is woken whether a worker is returned or replaced."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("MathVerifier is closed")
             try:
-                return self._idle.get_nowait()
+                item = self._idle.get_nowait()
             except queue.Empty:
-                if self._started < self.config.workers:
+                item = _NEW if self._started < self.config.workers else _WAIT
+                if item is _NEW:
                     self._started += 1
-                    return self._new_worker()
-        return self._idle.get()
+        if item is _WAIT:
+            item = self._idle.get()
+        if isinstance(item, _Worker):
+            return item
+        try:
+            return self._new_worker()
+        except BaseException:
+            self._idle.put(None)  # the slot stays free for the next caller
+            raise
 
     def _new_worker(self) -> _Worker:
         return _Worker(self._context, self.config.memory_limit_mb)
@@ -187,7 +200,7 @@ class MathVerifier:
             self.failures[exc.kind] += 1
             logger.warning("math grader %s: %s; replacing the worker, verdict None", exc.kind, exc)
             worker.stop(kill=True)
-            self._idle.put(self._new_worker())
+            self._idle.put(None)  # a new worker starts in this slot when next needed
             return None
         self._idle.put(worker)
         if status == "error":
@@ -209,9 +222,11 @@ class MathVerifier:
             started, self._started = self._started, 0
         for _ in range(started):
             try:
-                self._idle.get(timeout=self.config.timeout_s + 5).stop(kill=False)
+                worker = self._idle.get(timeout=self.config.timeout_s + 5)
             except queue.Empty:
                 break
+            if worker is not None:
+                worker.stop(kill=False)
 
     def __enter__(self) -> MathVerifier:
         return self

@@ -114,3 +114,18 @@ def test_dispatch_to_the_code_judge():
     good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert verify("code", good, label) is code.judge(good, label) is True
     assert verify("code", good.replace("a + b", "a * b"), label) is False
+
+
+def test_a_worker_that_fails_to_start_frees_its_slot(monkeypatch):
+    with MathVerifier(MathVerifier.Config(workers=1, timeout_s=20)) as pool:
+        start = pool._new_worker
+
+        def broken():
+            raise OSError("cannot start a process")
+
+        monkeypatch.setattr(pool, "_new_worker", broken)
+        for _ in range(3):  # more failures than workers: each raises, none leaves a caller waiting forever
+            with pytest.raises(OSError, match="cannot start"):
+                pool.verify(r"\boxed{4}", "4")
+        monkeypatch.setattr(pool, "_new_worker", start)
+        assert pool.verify(r"\boxed{4}", "4") is True
