@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.collectives import all_reduce_sum
 
 
 class Mode(ABC):
@@ -51,6 +52,5 @@ class Mode(ABC):
 
 
 def counts_over(values: list[float], group) -> torch.Tensor:
-    from dnmopd.trainer.collectives import all_reduce_sum
-
+    """Sum per-rank counts over a process group (float64, on the CPU)."""
     return all_reduce_sum(torch.tensor(values, dtype=torch.float64), group)
