@@ -20,3 +20,12 @@ def test_no_top_level_kernels_module(tmp_path):
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('kernels') is not None)"
     assert subprocess.run([sys.executable, "-c", code], cwd=tmp_path).returncode == 0
     assert importlib.util.find_spec("dnmopd.kernels") is not None
+
+
+def test_a_source_checkout_maps_kernels_the_same_way():
+    # `python -c` in the checkout root imports the source tree, not the install; kernels/ is dnmopd.kernels there too
+    root = pathlib.Path(__file__).resolve().parents[1]
+    code = ("import dnmopd, dnmopd.kernels, pathlib; from dnmopd.data.sample_data import sample_dir; "
+            "print(pathlib.Path(dnmopd.kernels.__file__).parent, sample_dir())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(root / "kernels"), str(root / "data" / "samples")]

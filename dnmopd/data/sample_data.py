@@ -8,18 +8,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dnmopd import CHECKOUT
 from dnmopd.data.manifest import RELEASE_LAYOUT
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "samples"
+CHECKOUT_SAMPLE_DIR = CHECKOUT / "data" / "samples"
 
 
 def sample_dir() -> Path:
-    """The installed sample folder; a clear error if the package was built without it."""
-    if not (SAMPLE_DIR / "MANIFEST.json").is_file():
-        raise FileNotFoundError(
-            f"{SAMPLE_DIR} holds no sample data: the package was built without it (pyproject.toml "
-            f"[tool.scikit-build] wheel.packages must map \"dnmopd/data/samples\" = \"data/samples\")")
-    return SAMPLE_DIR
+    """The installed sample folder (or, run from a source checkout, its data/samples); a clear error if the
+    package was built without it."""
+    for folder in (SAMPLE_DIR, CHECKOUT_SAMPLE_DIR):
+        if (folder / "MANIFEST.json").is_file():
+            return folder
+    raise FileNotFoundError(
+        f"{SAMPLE_DIR} holds no sample data: the package was built without it (pyproject.toml "
+        f"[tool.scikit-build] wheel.packages must map \"dnmopd/data/samples\" = \"data/samples\")")
 
 
 def sample_file(rel: str) -> Path:
