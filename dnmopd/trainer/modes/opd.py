@@ -13,6 +13,7 @@ import torch
 
 from dnmopd.core import inject_constant_advantages, injection_constant, select_injection
 from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
+from dnmopd.student.weights import SafetensorsFolder
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.collectives import all_reduce_sum
 from dnmopd.trainer.experience import ExperienceCollector, Sample
@@ -26,8 +27,6 @@ OUTPUT_WEIGHT_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "model.lan
 
 def teacher_output_weight(model_path: str) -> torch.Tensor:
     """A Hugging Face teacher's LM-head weight [vocab, hidden] (its input embedding when tied), read alone."""
-    from dnmopd.student.weights import SafetensorsFolder
-
     folder = SafetensorsFolder(model_path)
     name = next((n for n in OUTPUT_WEIGHT_NAMES if n in folder.file_of), None)
     if name is None:
