@@ -12,7 +12,6 @@ one; the newest complete checkpoints are kept (`keep_last`).
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import shutil
@@ -21,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from dnmopd.data.io import atomic_write
 
 MARKER = "complete"
 PATTERN = re.compile(r"^iter_(\d{7})$")
@@ -63,12 +64,8 @@ def _set_rng_state(state: dict) -> None:
 
 
 def _write_json(path: Path, value: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         json.dump(value, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int) -> Path:

@@ -58,6 +58,13 @@ class Experience:
     """Per teacher, the latency of each scoring request (retries included)."""
 
 
+def rollout_counts(samples: list[Sample], seconds: float) -> list[float]:
+    """(responses, response tokens, truncated responses, rollout seconds): what `Trainer.rollout_metrics` reads
+    once summed over data-parallel ranks."""
+    return [len(samples), sum(len(s.response_ids) for s in samples),
+            sum(s.finish_reason == "length" for s in samples), seconds]
+
+
 class ExperienceCollector:
     """Turns this rank's prompts of one update into scored samples."""
 

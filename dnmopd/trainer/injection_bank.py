@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from dnmopd.data.io import atomic_write, sha256_file
 
 FORMAT = "dnmopd-injection-bank/1"
 
@@ -53,8 +54,7 @@ class InjectionBank:
         if not path.is_file():
             raise FileNotFoundError(f"injection bank {path} not found; build it with "
                                     "`python -m dnmopd.trainer.injection_bank --config <run.yaml> --output <bank>`")
-        data = path.read_bytes()
-        if digest_file.is_file() and digest_file.read_text().split()[0] != hashlib.sha256(data).hexdigest():
+        if digest_file.is_file() and digest_file.read_text().split()[0] != sha256_file(path):
             raise ValueError(f"injection bank {path} does not match its checksum {digest_file}")
         payload = torch.load(path, weights_only=False)
         if payload.get("format") != FORMAT:
@@ -72,49 +72,32 @@ class InjectionBank:
         payload = {"format": FORMAT, "entries": {k: {"domain": e.domain, "teacher": e.teacher,
                                                      "response_ids": list(e.response_ids),
                                                      "teacher_logp": e.teacher_logp} for k, e in self.entries.items()}}
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(payload, tmp)
-        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
-        os.replace(tmp, path)
-        (path.with_name(path.name + ".sha256")).write_text(f"{digest}  {path.name}\n")
+        with atomic_write(path, "wb") as f:
+            torch.save(payload, f)
+        with atomic_write(path.with_name(path.name + ".sha256")) as f:
+            f.write(f"{sha256_file(path)}  {path.name}\n")
         return path
 
 
 def build_bank(config, output: Path, log=print) -> InjectionBank:
     """Generate, verify and score one teacher answer per prompt of the run's prompt set."""
     from dnmopd.data.chat import PromptTokenizer
-    from dnmopd.rollout.base import RolloutRequest
-    from dnmopd.rollout.inprocess import InProcessRollout
     from dnmopd.teachers.base import ScoreRequest
     from dnmopd.teachers.inprocess import InProcessTeacher
     from dnmopd.trainer.config import resolve_data_path
-    from dnmopd.trainer.method import Method
     from dnmopd.trainer.prompts import PromptSet
+    from dnmopd.trainer.teacher_answers import teacher_answers
     from dnmopd.verifiers import verify
 
     tokenizer = PromptTokenizer.from_pretrained(config.student.hf_path)
     prompts = PromptSet.load(resolve_data_path(config.data.train_file), tokenizer, domains=config.data.domains,
                              max_prompt_tokens=config.data.max_prompt_tokens,
                              model_vocab=len(tokenizer.tokenizer), on_bad_row=config.data.on_bad_row)
-    method = Method(config.method, config.data.domains)
-    paths = {}
-    for model in config.teachers.models:
-        if model.backend != "inprocess":
-            raise ValueError(f"building an injection bank needs in-process teachers; {model.config.name} is "
-                             f"{model.backend}")
-        paths[model.config.name] = model.config
-    sampling = config.rollout.sampling
-    entries, kept, tried = {}, 0, 0
-    for name, teacher_config in paths.items():
-        mine = [p for p in prompts.prompts if method.router.label_teacher(p.domain) == name]
-        if not mine:
-            continue
-        engine = InProcessRollout(InProcessRollout.Config(model_path=teacher_config.model_path,
-                                                          device=teacher_config.device, dtype=teacher_config.dtype))
+    entries, tried = {}, 0
+    for teacher_config, engine, answers in teacher_answers(config, prompts.prompts, config.rollout.sampling,
+                                                           purpose="building an injection bank"):
         scorer = InProcessTeacher(teacher_config, model=engine.model)
-        requests = [RolloutRequest(p.prompt_ids, sample_id=i) for i, p in enumerate(mine)]
-        rollouts = engine.generate_batch(requests, sampling)
-        for prompt, rollout in zip(mine, rollouts, strict=True):
+        for prompt, rollout in answers:
             tried += 1
             if rollout.finish_reason != "stop":
                 continue
@@ -123,10 +106,9 @@ def build_bank(config, output: Path, log=print) -> InjectionBank:
                 continue
             scores = scorer.score_batch([ScoreRequest((*prompt.prompt_ids, *rollout.response_ids),
                                                       len(prompt.prompt_ids))])[0]
-            entries[prompt_key(prompt.prompt_ids)] = BankEntry(prompt.domain, name, tuple(rollout.response_ids),
-                                                                scores.logprobs.float())
-            kept += 1
-        log(f"{name}: {kept} verified answers so far ({tried} prompts tried)")
+            entries[prompt_key(prompt.prompt_ids)] = BankEntry(prompt.domain, teacher_config.name,
+                                                                tuple(rollout.response_ids), scores.logprobs.float())
+        log(f"{teacher_config.name}: {len(entries)} verified answers so far ({tried} prompts tried)")
     bank = InjectionBank(entries)
     bank.save(output)
     log(f"wrote {output}: {len(bank)} entries from {tried} prompts")

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dnmopd.data.io import write_jsonl
+
 METRICS_FILE = "metrics.jsonl"
 
 
@@ -87,7 +89,4 @@ def truncate_after(path: Path, step: int) -> None:
     """Keep only records of updates before `step` (a resumed run re-logs the updates after its checkpoint)."""
     if not path.exists():
         return
-    kept = [r for r in read_metrics(path) if r["step"] < step]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
-    os.replace(tmp, path)
+    write_jsonl(path, [r for r in read_metrics(path) if r["step"] < step])

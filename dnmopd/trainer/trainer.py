@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.io import atomic_write
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint
@@ -91,9 +92,8 @@ class Trainer:
     def _write_resolved_config(self) -> None:
         if self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.run_dir / "config.yaml.tmp"
-            tmp.write_text(dump_yaml(self.config))
-            tmp.replace(self.run_dir / "config.yaml")
+            with atomic_write(self.run_dir / "config.yaml") as f:
+                f.write(dump_yaml(self.config))
         dist.barrier()
 
     def _build_rollout_engine(self):
@@ -156,7 +156,7 @@ class Trainer:
         return (draw * self.dp_size + self.dp_rank) * prompts * self.config.data.samples_per_prompt
 
     def rollout_metrics(self, totals: torch.Tensor) -> dict[str, float]:
-        """From DP-summed (responses, response tokens, truncated responses, rollout seconds)."""
+        """From DP-summed `experience.rollout_counts`."""
         responses = totals[0].clamp(min=1)
         return {"response_tokens": totals[1].item(), "response_length/mean": (totals[1] / responses).item(),
                 "truncation_rate": (totals[2] / responses).item(), "time/rollout_and_scoring": totals[3].item()}

@@ -63,3 +63,17 @@ def test_annealed_injection_replaces_one_response_per_covered_group(demo_models,
                             [f"method.injection.bank={tmp_path / 'bank.pt'}", "method.injection.anneal_updates=2"])
     assert [r["injection/constant"] for r in records] == pytest.approx([1.0, 0.5, 0.0])
     assert [r["injection/samples"] for r in records] == [3.0, 3.0, 0.0]  # one per prompt group, none once c = 0
+
+
+def test_injection_bank_builder_writes_a_checked_bank(demo_models, tmp_path):
+    from dnmopd.trainer.injection_bank import build_bank
+
+    config = load_config(TrainerConfig, [DEMO, REPO / "configs" / "methods" / "annealed_injection.yaml"],
+                         tiny_overrides(demo_models, tmp_path) + [f"method.injection.bank={tmp_path / 'bank.pt'}"])
+    lines = []
+    bank = build_bank(config, tmp_path / "bank.pt", log=lines.append)
+    assert lines[-1] == f"wrote {tmp_path / 'bank.pt'}: {len(bank)} entries from 48 prompts"
+    assert len(InjectionBank.load(tmp_path / "bank.pt")) == len(bank)  # tiny random teachers rarely verify
+    (tmp_path / "bank.pt.sha256").write_text("0" * 64 + "  bank.pt\n")
+    with pytest.raises(ValueError, match="does not match its checksum"):
+        InjectionBank.load(tmp_path / "bank.pt")

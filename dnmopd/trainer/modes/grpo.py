@@ -15,7 +15,7 @@ import torch
 
 from dnmopd.core import DynamicSamplingFilter, grpo_advantages
 from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.experience import ExperienceCollector, Sample
+from dnmopd.trainer.experience import ExperienceCollector, Sample, rollout_counts
 from dnmopd.trainer.modes.base import Mode, counts_over
 from dnmopd.trainer.objectives import ClippedSurrogate
 
@@ -64,8 +64,7 @@ class GRPOMode(Mode):
                 break
         samples = [s for group in kept for s in group]
         batch = self._batch(samples) if trainer.is_leader else None
-        counts = [len(samples), sum(len(s.response_ids) for s in samples),
-                  sum(s.finish_reason == "length" for s in samples), rollout_seconds, seen, len(kept), no_verdict,
+        counts = [*rollout_counts(samples, rollout_seconds), seen, len(kept), no_verdict,
                   sum(self._reward(s) for s in samples)] if trainer.is_leader else [0.0] * 8
         totals = counts_over(counts, trainer.dims.dp_group)
         metrics = trainer.rollout_metrics(totals[:4])

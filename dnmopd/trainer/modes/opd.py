@@ -16,7 +16,7 @@ from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
 from dnmopd.student.weights import SafetensorsFolder
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.collectives import all_reduce_sum
-from dnmopd.trainer.experience import ExperienceCollector, Sample
+from dnmopd.trainer.experience import ExperienceCollector, Sample, rollout_counts
 from dnmopd.trainer.injection_bank import InjectionBank
 from dnmopd.trainer.method import Method
 from dnmopd.trainer.modes.base import Mode, counts_over
@@ -64,8 +64,7 @@ class OPDMode(Mode):
             samples = experience.samples
             injected = self._inject(samples, update) if self.bank is not None else []
             batch = self._batch(samples, injected)
-            counts = [len(samples), sum(len(s.response_ids) for s in samples),
-                      sum(s.finish_reason == "length" for s in samples), experience.rollout_seconds, len(injected),
+            counts = [*rollout_counts(samples, experience.rollout_seconds), len(injected),
                       *(experience.teacher_failures.get(name, 0) for name in names),
                       *(sum(experience.teacher_seconds.get(name, [])) for name in names),
                       *(len(experience.teacher_seconds.get(name, [])) for name in names)]

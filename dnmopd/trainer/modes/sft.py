@@ -11,12 +11,12 @@ over the whole optimizer batch (not a response mean).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from dnmopd.data.io import write_jsonl
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.modes.base import Mode, counts_over
 from dnmopd.trainer.objectives import TokenCrossEntropy
@@ -24,39 +24,21 @@ from dnmopd.trainer.objectives import TokenCrossEntropy
 
 def generate_answers(trainer, output: Path) -> None:
     """Every prompt answered once by its label-routed in-process teacher; rows written atomically to `output`."""
-    from dnmopd.rollout.base import RolloutRequest, SamplingParams
-    from dnmopd.rollout.inprocess import InProcessRollout
-    from dnmopd.trainer.method import Method
+    from dnmopd.rollout.base import SamplingParams
+    from dnmopd.trainer.teacher_answers import teacher_answers
 
     config = trainer.config
-    method = Method(config.method, config.data.domains)
-    teachers = {m.config.name: m for m in config.teachers.models}
     sampling = SamplingParams(temperature=1.0, max_new_tokens=config.sft.max_response_tokens, seed=config.sft.seed)
+    purpose = "SeqKD generation (for server-backed teachers, generate the answers there and pass them as sft.data)"
     rows = []
-    for name, model in teachers.items():
-        mine = [p for p in trainer.prompts.prompts if method.router.label_teacher(p.domain) == name]
-        if not mine:
-            continue
-        if model.backend != "inprocess":
-            raise ValueError(f"SeqKD generation runs in-process teachers; {name} is {model.backend}: generate the "
-                             "answers with its server and pass them as sft.data")
-        engine = InProcessRollout(InProcessRollout.Config(model_path=model.config.model_path,
-                                                          device=model.config.device, dtype=model.config.dtype))
-        requests = [RolloutRequest(p.prompt_ids, sample_id=p.index) for p in mine]
-        for prompt, rollout in zip(mine, engine.generate_batch(requests, sampling), strict=True):
+    for teacher_config, _, answers in teacher_answers(config, trainer.prompts.prompts, sampling, purpose=purpose):
+        for prompt, rollout in answers:
             rows.append({"idx": prompt.index, "prompt": prompt.row["prompt"], "label": prompt.label,
                          "domain": prompt.domain, "prompt_ids": list(prompt.prompt_ids),
                          "response": trainer.tokenizer.tokenizer.decode(rollout.response_ids),
                          "response_ids": rollout.response_ids, "finish_reason": rollout.finish_reason,
-                         "teacher": name})
-    rows.sort(key=lambda row: row["idx"])
-    tmp = output.with_name(f".{output.name}.tmp")
-    with open(tmp, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, output)
+                         "teacher": teacher_config.name})
+    write_jsonl(output, sorted(rows, key=lambda row: row["idx"]))
 
 
 def load_answers(path: Path, end_id: int, strip_ids: set[int], max_tokens: int) -> list[dict]:
