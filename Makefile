@@ -17,7 +17,7 @@ venv: $(PKG)
 # Dependencies: only when pyproject.toml changes.
 $(DEPS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -C build-dir=build/$(notdir $(VENV)) ".[dev]"
+	$(PIP) install -C build-dir=build/$(notdir $(VENV)) ".[dev,eval]"
 	touch $@
 
 # The package itself: rebuilt (incrementally) whenever a source file changes.
