@@ -73,7 +73,8 @@ LCB = {
         lcb_row("sample_max", "Read N, then N integers on the next line; print the largest.", "",
                 [stdin_test("3\n1 9 4\n", "9\n"), stdin_test("1\n-7\n", "-7\n")], None, "2024-10-12T00:00:00"),
         lcb_row("two-sum-sample", "Return the indices [i, j], i < j, of the two numbers of nums that add up to "
-                "target.", "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        ",
+                "target.",
+                "class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n        ",
                 [call_test([[2, 7, 11, 15], 9], [0, 1]), call_test([[3, 2, 4], 6], [1, 2])], "twoSum",
                 "2024-11-02T00:00:00"),
     ],

@@ -58,7 +58,8 @@ def compare(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]],
     """Per suite (protocol order), per domain and for the Total, over the suites both models have."""
     shared = [s for s in SUITES if s in a and s in b]
     out = [contrast(s, [s], a, b, replicates) for s in shared]
-    out += [contrast(d, members, a, b, replicates) for d, members in DOMAINS.items() if all(s in shared for s in members)]
+    out += [contrast(d, members, a, b, replicates) for d, members in DOMAINS.items()
+            if all(s in shared for s in members)]
     if all(s in shared for s in SIX):
         out.append(contrast("total", SIX, a, b, replicates))
     return out

@@ -68,7 +68,8 @@ def manifest(spec: RunSpec, tokenizer: PromptTokenizer) -> dict:
             "sampling": {"temperature": TEMPERATURE, "top_p": TOP_P, "top_k": TOP_K, "seed": SEED,
                          "max_tokens": spec.cap},
             "enable_thinking": ENABLE_THINKING, "engine": spec.engine,
-            "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None,
+            "chat_template_sha256": (hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str)
+                                     else None),
             "deviations": list(spec.deviations)}
 
 

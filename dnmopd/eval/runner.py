@@ -99,7 +99,8 @@ def collect_models(output_dir: Path, cap: int) -> list[dict]:
     """The model rows of every model evaluated under ``output_dir`` at ``cap`` (for the plot)."""
     import json
 
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(output_dir).glob(f"*/summary_cap{cap}.json"))]
+    paths = sorted(Path(output_dir).glob(f"*/summary_cap{cap}.json"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
 
 
 def suite_question_scores(model_dir: str | os.PathLike, cap: int, suites: Sequence[str] = tuple(SUITES)) -> dict:

@@ -63,7 +63,8 @@ SOURCES = {
                      "67ffeee0fcb87c317c5b08a2de85557b4a7e96ada6178aa645b4954fe4b53d49",
                      "google/IFEval (canonical copy: google-research monorepo @ b24f2136, "
                      "instruction_following_eval/data/input_data.jsonl)"),
-    "ifbench": Source("github", "allenai/IFBench", "1091c4c3de6c1f6ed12c012ed68f11ea450b0117", "data/IFBench_test.jsonl",
+    "ifbench": Source("github", "allenai/IFBench", "1091c4c3de6c1f6ed12c012ed68f11ea450b0117",
+                      "data/IFBench_test.jsonl",
                       "a2bf7b8e7ed11d39c65b4ec781da8b99663ed0121f97033d70fcecb61f8a9d85",
                       "allenai/IFBench_test (canonical copy: github.com/allenai/IFBench @ 1091c4c3, "
                       "data/IFBench_test.jsonl)"),
