@@ -91,10 +91,10 @@ class SandboxResult:
     signal_name: str | None
     limit: str | None
     """The limit that fired: ``wall``, ``cpu``, ``memory`` (all processes together), ``output``,
-    ``file_size``, ``disk`` (the temporary directory, levels without namespaces), or None. The per-process memory, process and open-file limits make the program's own
-    calls fail instead (MemoryError, EAGAIN, EMFILE). ``cpu`` and
-    ``file_size`` are seen on processes the sandbox reaps (the first one and orphans); a child the program
-    waits for itself reports through the program's own exit status."""
+    ``file_size``, ``disk`` (the temporary directory, levels without namespaces), or None. The per-process
+    memory, process and open-file limits make the program's own calls fail instead (MemoryError, EAGAIN,
+    EMFILE). ``cpu`` and ``file_size`` are seen on processes the sandbox reaps (the first one and orphans);
+    a child the program waits for itself reports through the program's own exit status."""
     cpu_time_s: float
     """User + system time of every process of the run."""
     wall_time_s: float
