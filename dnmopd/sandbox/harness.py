@@ -17,12 +17,12 @@ In ``call`` and ``paper`` modes this process (the trusted half, which never runs
 child that runs the program. The child reports each result over a pipe in frames that carry a per-run
 secret drawn before the fork, and this process writes a line ``<test> <kind> <JSON>`` per frame to stdout,
 which the child cannot reach: its stdin and stdout are /dev/null and the sandbox's stdout is a socket, which
-/proc cannot reopen. Kinds: ``value`` (a return value, see ``encode``), ``stdout`` (captured output), ``error``
+/proc cannot reopen. Kinds: ``value`` (a return value, see ``value_encoder``), ``stdout`` (captured output), ``error``
 (the exception that ended the test). A frame without the secret, out of order or over the size cap ends the
 run with a ``forged`` line. This process then ends as the child did (same exit status or signal).
 """
 
-import base64
+import binascii
 import hmac
 import io
 import json
@@ -85,66 +85,87 @@ _HEADER = struct.Struct("<16sBIQ")  # secret, kind, test index, payload length
 _KINDS = {1: b"value", 2: b"stdout", 3: b"error"}
 
 
-def encode(value, depth=0):
-    """A return value as JSON-ready data that keeps its Python type: JSON's own types as themselves, big
-    integers as ``{"H": hex}``, tuples ``{"T": [...]}``, dicts ``{"D": [[key, value], ...]}``, sets ``{"S":
-    [...]}``, frozensets ``{"F": [...]}``, bytes ``{"B": base64}``, anything else ``{"O": type name}``.
-    Subclasses of these types count as the type (their own methods are not asked)."""
-    kind = type(value)
-    if depth > MAX_DEPTH:
-        return {"O": "nested too deeply"}
-    if value is None or kind is bool:
-        return value
-    if issubclass(kind, str):
-        return str.__str__(value)
-    if issubclass(kind, float):
-        return float.__float__(value)
-    if issubclass(kind, int) or hasattr(kind, "__index__"):
-        number = int.__index__(value) if issubclass(kind, int) else _index(value)
-        if number is None:
-            return {"O": kind.__name__}
-        return number if number.bit_length() <= 10000 else {"H": hex(number)}
-    inner = depth + 1
-    if issubclass(kind, list):
-        return [encode(item, inner) for item in list.__iter__(value)]
-    if issubclass(kind, tuple):
-        return {"T": [encode(item, inner) for item in tuple.__iter__(value)]}
-    if issubclass(kind, dict):
-        return {"D": [[encode(k, inner), encode(v, inner)] for k, v in dict.items(value)]}
-    if issubclass(kind, frozenset):
-        return {"F": [encode(item, inner) for item in frozenset.__iter__(value)]}
-    if issubclass(kind, set):
-        return {"S": [encode(item, inner) for item in set.__iter__(value)]}
-    if issubclass(kind, (bytes, bytearray)):
-        return {"B": base64.b64encode(bytes(value)).decode()}
-    return {"O": kind.__name__}
+def value_encoder():
+    """``encode(value) -> str``: a return value as JSON text that keeps its Python type: JSON's own types as
+    themselves, big integers as ``{"H": hex}``, tuples ``{"T": [...]}``, dicts ``{"D": [[key, value],
+    ...]}``, sets ``{"S": [...]}``, frozensets ``{"F": [...]}``, bytes ``{"B": base64}``, anything else
+    ``{"O": type name}``; subclasses count as their base type (their own methods are not asked). Made before
+    the program runs, from the interpreter's own functions, so that a program that rebinds names
+    (``json.dumps``, ``builtins.type``, ``os.write``) changes nothing of it."""
+    from _json import encode_basestring_ascii as quote
+
+    kind_of, subclass, has, join, to_base64 = type, issubclass, hasattr, str.join, binascii.b2a_base64
+    as_str, as_float, as_int, int_text, float_text, hex_text = str.__str__, float.__float__, int.__index__, \
+        int.__repr__, float.__repr__, hex
+    special = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+    def integer(number):
+        return int_text(number) if number.bit_length() <= 10000 else '{"H":"' + hex_text(number) + '"}'
+
+    def items(tag, values, depth):
+        parts = []
+        for item in values:
+            parts.append(encode(item, depth + 1))
+        text = "[" + join(",", parts) + "]"
+        return text if tag is None else '{"' + tag + '":' + text + "}"
+
+    def encode(value, depth=0):
+        kind = kind_of(value)
+        if depth > MAX_DEPTH:
+            return '{"O":"nested too deeply"}'
+        if value is None or kind is bool:
+            return "null" if value is None else "true" if value else "false"
+        if subclass(kind, str):
+            return quote(as_str(value))
+        if subclass(kind, float):
+            text = float_text(as_float(value))
+            return special.get(text, text)
+        if subclass(kind, int):
+            return integer(as_int(value))
+        if subclass(kind, list):
+            return items(None, list.__iter__(value), depth)
+        if subclass(kind, tuple):
+            return items("T", tuple.__iter__(value), depth)
+        if subclass(kind, dict):
+            parts = []
+            for key, item in dict.items(value):
+                parts.append("[" + encode(key, depth + 1) + "," + encode(item, depth + 1) + "]")
+            return '{"D":[' + join(",", parts) + "]}"
+        if subclass(kind, frozenset):
+            return items("F", frozenset.__iter__(value), depth)
+        if subclass(kind, set):
+            return items("S", set.__iter__(value), depth)
+        if subclass(kind, (bytes, bytearray)):
+            return '{"B":"' + to_base64(value, newline=False).decode("ascii") + '"}'
+        if has(kind, "__index__"):  # numpy's integers, for one
+            number = value.__index__()
+            if kind_of(number) is int:
+                return integer(number)
+        return '{"O":' + quote(as_str(kind.__name__)) + "}"
+
+    return encode
 
 
-def _index(value):
-    try:
-        number = value.__index__()
-    except Exception:  # noqa: BLE001 - the program's own object: anything may happen
-        return None
-    return int.__index__(number) if isinstance(number, int) else None
+def _reporter(fd, secret, cap):
+    """The child's side of the result channel: ``(send_value(index, value), send_text(index, kind, text))``,
+    made before the program runs and bound to what they use (see ``value_encoder``)."""
+    from _json import encode_basestring_ascii as quote
 
+    write, pack, encode, length, view_of = os.write, _HEADER.pack, value_encoder(), len, memoryview
 
-class _Reporter:
-    """The child's side of the result channel."""
-
-    def __init__(self, fd, secret, cap):
-        self.fd, self.secret, self.cap = fd, secret, cap
-
-    def send(self, index, kind, data):
-        try:
-            payload = json.dumps(data, ensure_ascii=True).encode()
-        except (ValueError, RecursionError, TypeError, OverflowError):
-            kind, payload = 1, b'{"O": "unserializable"}'
-        if len(payload) > self.cap:
-            kind, payload = (1, b'{"O": "too large"}') if kind == 1 else (kind, json.dumps("<too large>").encode())
-        frame = _HEADER.pack(self.secret, kind, index, len(payload)) + payload
-        view = memoryview(frame)
+    def send(index, kind, payload, too_large):
+        data = (payload if length(payload) <= cap else too_large).encode("ascii")
+        view = view_of(pack(secret, kind, index, length(data)) + data)
         while view:
-            view = view[os.write(self.fd, view):]
+            view = view[write(fd, view):]
+
+    def send_value(index, value):
+        send(index, 1, encode(value), '{"O":"too large"}')
+
+    def send_text(index, kind, text):
+        send(index, kind, quote(text), '"<too large>"')
+
+    return send_value, send_text
 
 
 def _paper_guard():
@@ -226,7 +247,7 @@ def _load(source, request):
         os._exit(COMPILE_ERROR_EXIT)
     module = types.ModuleType("tmp_sol" if paper else "solution")
     module.__dict__.update(__file__="solution.py")
-    sys.modules[module.__name__] = module
+    sys.modules[module.__name__] = sys.modules["__main__"] = module  # the harness is nobody's to import
     if request["prelude"] and not paper:
         exec(PRELUDE, module.__dict__)
     exec(code, module.__dict__)
@@ -251,7 +272,7 @@ def _arguments(args, paper):
     return args
 
 
-def _child(request, source, reporter):
+def _child(request, source, send_value, send_text):
     """Runs the program and reports every test (the untrusted half); never returns."""
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
@@ -269,13 +290,13 @@ def _child(request, source, reporter):
             if paper:
                 signal.alarm(PAPER_TEST_TIMEOUT_S)
             if fn_name:
-                reporter.send(index, 1, encode(method(*_arguments(test, paper))))
+                send_value(index, method(*_arguments(test, paper)))
             else:
-                reporter.send(index, 2, _captured(method, test))
+                send_text(index, 2, _captured(method, test))
             if paper:
                 signal.alarm(0)
     except BaseException as error:  # noqa: BLE001 - the program's error ends its run, as in the reference
-        reporter.send(index, 3, f"{type(error).__name__}: {error}"[-2000:])
+        send_text(index, 3, f"{type(error).__name__}: {error}"[-2000:])
         os._exit(1)
     os._exit(0)
 
@@ -380,7 +401,7 @@ def main():
     child = os.fork()
     if child == 0:
         os.close(read_fd)
-        _child(request, source, _Reporter(write_fd, secret, cap))
+        _child(request, source, *_reporter(write_fd, secret, cap))
     os.close(write_fd)
     _end_as(_relay(read_fd, secret, request["tests"], cap, child))
 

@@ -196,7 +196,7 @@ def _record(index: int, kind: str, data) -> Record:
 
 
 def decode(data, depth: int = 0):
-    """The Python value of ``harness.encode``'s data; a ValueError for anything it cannot have written."""
+    """The Python value of ``harness.value_encoder``'s data; a ValueError for anything it cannot have written."""
     if depth > harness.MAX_DEPTH + 1:
         raise ValueError("nested too deeply")
     if data is None or isinstance(data, (bool, int, float, str)):

@@ -229,6 +229,9 @@ class CodeJudge:
         min_isolation: str = "landlock"
         """Weakest sandbox level accepted (``namespaces`` > ``landlock`` > ``seccomp``); checked when the
         judge is built and on every run."""
+        isolation: str = "auto"
+        """The level runs ask for: ``auto`` (the strongest this machine allows) or a level, at least
+        ``min_isolation`` (to test a level, or to avoid one that misbehaves on a machine)."""
         limits: Limits = field(init=False)
 
         def __post_init__(self):
@@ -248,6 +251,9 @@ class CodeJudge:
                                  f"{self.python_packages!r}")
             try:
                 isolation_rank(self.min_isolation)
+                if self.isolation != "auto" and isolation_rank(self.isolation) > isolation_rank(self.min_isolation):
+                    raise ValueError(f"isolation {self.isolation!r} is weaker than min_isolation "
+                                     f"{self.min_isolation!r}")
                 wall = PAPER_TIMEOUT_S if self.rules == "paper" else self.test_wall_timeout_s
                 cpu = PAPER_TIMEOUT_S if self.rules == "paper" else self.test_timeout_s
                 self.limits = Limits(cpu_time_s=cpu, wall_time_s=wall, memory_bytes=self.memory_bytes,
@@ -283,7 +289,7 @@ class CodeJudge:
             return Judgment(None, "infrastructure", None, str(error))
 
     def _run(self, program: str, limits: Limits, **how) -> SandboxResult:
-        result = run_python(program, limits=limits, runtime=self.runtime, **how)
+        result = run_python(program, limits=limits, runtime=self.runtime, isolation=self.config.isolation, **how)
         if isolation_rank(result.isolation) > isolation_rank(self.config.min_isolation):
             raise SandboxError(f"the run got isolation {result.isolation!r} ({result.fallback_reason})")
         return result
