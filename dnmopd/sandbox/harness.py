@@ -1,8 +1,8 @@
-"""The harness that runs a Python program inside the sandbox (shipped there as ``harness.py``; standard
-library only, it runs on the bare interpreter of the minimal view).
+"""The harness that runs a Python program inside the sandbox (shipped there compiled, as ``harness.pyc``;
+standard library only, it runs on the bare interpreter of the minimal view).
 
-``python -I -S -B -X utf8 harness.py request.json`` with ``request.json`` = ``{"mode", "prelude", "packages",
-"fn_name", "tests"}``; the program is ``solution.py``. Modes:
+``python -I -S -B -X utf8 harness.pyc request.json`` with ``request.json`` = ``{"mode", "prelude", "packages",
+"fn_name", "tests", "output_bytes"}``; the program is ``solution.py``. Modes:
 
 - ``script``: the program runs as ``__main__`` on the real stdin and stdout (one test per run).
 - ``call``: its function ``fn_name`` (``Solution().fn_name`` when it defines ``class Solution``) is called
@@ -17,19 +17,14 @@ In ``call`` and ``paper`` modes this process (the trusted half, which never runs
 child that runs the program. The child reports each result over a pipe in frames that carry a per-run
 secret drawn before the fork, and this process writes a line ``<test> <kind> <JSON>`` per frame to stdout,
 which the child cannot reach: its stdin and stdout are /dev/null and the sandbox's stdout is a socket, which
-/proc cannot reopen. Kinds: ``value`` (a return value, see ``value_encoder``), ``stdout`` (captured output), ``error``
-(the exception that ended the test). A frame without the secret, out of order or over the size cap ends the
-run with a ``forged`` line. This process then ends as the child did (same exit status or signal).
+/proc cannot reopen. Kinds: ``value`` (a return value, see ``value_encoder``), ``stdout`` (captured output),
+``error`` (the exception that ended the test). A frame without the secret, out of order or over the size cap
+(``output_bytes``) ends the run with a ``forged`` line. This process then ends as the child did.
 """
 
-import binascii
-import hmac
 import io
 import json
 import os
-import select
-import signal
-import struct
 import sys
 import types
 
@@ -81,7 +76,7 @@ PAPER_TEST_TIMEOUT_S = 5
 MAX_DEPTH = 400
 """Nesting depth of a return value that is still encoded; deeper values are opaque."""
 
-_HEADER = struct.Struct("<16sBIQ")  # secret, kind, test index, payload length
+_HEADER_SIZE = 29  # secret (16 bytes), kind (1), test index (4, little-endian), payload length (8)
 _KINDS = {1: b"value", 2: b"stdout", 3: b"error"}
 
 
@@ -93,8 +88,9 @@ def value_encoder():
     the program runs, from the interpreter's own functions, so that a program that rebinds names
     (``json.dumps``, ``builtins.type``, ``os.write``) changes nothing of it."""
     from _json import encode_basestring_ascii as quote
+    from binascii import b2a_base64 as to_base64
 
-    kind_of, subclass, has, join, to_base64 = type, issubclass, hasattr, str.join, binascii.b2a_base64
+    kind_of, subclass, has, join = type, issubclass, hasattr, str.join
     as_str, as_float, as_int, int_text, float_text, hex_text = str.__str__, float.__float__, int.__index__, \
         int.__repr__, float.__repr__, hex
     special = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
@@ -151,11 +147,12 @@ def _reporter(fd, secret, cap):
     made before the program runs and bound to what they use (see ``value_encoder``)."""
     from _json import encode_basestring_ascii as quote
 
-    write, pack, encode, length, view_of = os.write, _HEADER.pack, value_encoder(), len, memoryview
+    write, encode, length, view_of, to_bytes, byte = os.write, value_encoder(), len, memoryview, int.to_bytes, bytes
 
     def send(index, kind, payload, too_large):
         data = (payload if length(payload) <= cap else too_large).encode("ascii")
-        view = view_of(pack(secret, kind, index, length(data)) + data)
+        header = secret + byte((kind,)) + to_bytes(index, 4, "little") + to_bytes(length(data), 8, "little")
+        view = view_of(header + data)
         while view:
             view = view[write(fd, view):]
 
@@ -278,6 +275,8 @@ def _child(request, source, send_value, send_text):
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
+    import signal
+
     paper, fn_name, index = request["mode"] == "paper", request["fn_name"], 0
     try:
         if paper:
@@ -312,25 +311,31 @@ def _captured(method, text):
 
 def _relay(read_fd, secret, tests, cap, child):
     """Copies the child's frames to stdout as lines while the child runs; returns its wait status."""
-    out, buffer, expected, status = sys.stdout.buffer, b"", 0, None
+    import select
+    import signal
+    from _operator import _compare_digest  # hmac.compare_digest, without importing hashlib
+
+    out, buffer, expected, status = sys.stdout.buffer, bytearray(), 0, None
     while True:
         ready, _, _ = select.select([read_fd], [], [], 0.05)
         chunk = os.read(read_fd, 1 << 16) if ready else b""
         buffer += chunk
-        while len(buffer) >= _HEADER.size:
-            got, kind, index, length = _HEADER.unpack_from(buffer)
-            if not hmac.compare_digest(got, secret) or kind not in _KINDS or index != expected or \
-                    expected >= len(tests) or length > cap:
-                out.write(f"{expected} forged {json.dumps('a result frame without the harness secret')}\n".encode())
+        while len(buffer) >= _HEADER_SIZE:
+            got, kind = bytes(buffer[:16]), buffer[16]
+            index, length = int.from_bytes(buffer[17:21], "little"), int.from_bytes(buffer[21:29], "little")
+            header_ok = _compare_digest(got, secret) and kind in _KINDS and index == expected < len(tests)
+            if header_ok and length <= cap and len(buffer) < _HEADER_SIZE + length:
+                break
+            payload = bytes(buffer[_HEADER_SIZE:_HEADER_SIZE + length])
+            if not header_ok or length > cap or b"\n" in payload or not payload.isascii():
+                out.write(b"%d forged %s\n" % (expected, json.dumps("a result frame the harness did not write "
+                                                                     "(secret, order, size or bytes)").encode()))
                 out.flush()
                 os.kill(child, signal.SIGKILL)
                 os.waitpid(child, 0)
                 os._exit(0)
-            if len(buffer) < _HEADER.size + length:
-                break
-            payload = buffer[_HEADER.size:_HEADER.size + length]
-            buffer = buffer[_HEADER.size + length:]
-            out.write(b"%d %s " % (index, _KINDS[kind]) + payload + b"\n")
+            out.write(b"%d %s %s\n" % (index, _KINDS[kind], payload))
+            del buffer[:_HEADER_SIZE + length]
             expected += 1
         out.flush()
         if status is None:
@@ -343,6 +348,8 @@ def _relay(read_fd, secret, tests, cap, child):
 
 def _end_as(status):
     """Ends this process the way the child ended."""
+    import signal
+
     sys.stdout.flush()
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)

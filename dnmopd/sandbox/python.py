@@ -63,6 +63,8 @@ class PythonRuntime:
     """Directories masked inside them."""
     packages: tuple[tuple[str, str], ...] = ()
     """(import name, path) of each exposed package or module."""
+    harness: bytes = b""
+    """The harness compiled by this interpreter (a ``.pyc``), so that no run compiles it again."""
 
     @staticmethod
     @functools.cache
@@ -91,7 +93,21 @@ class PythonRuntime:
         read_only = {base, *stdlib, *exposed, *_libraries([base, *native])}
         read_only |= {path for path in _SYSTEM_FILES if os.path.exists(path)}
         names = tuple((_import_name(path), path) for path in exposed if _import_name(path))
-        return PythonRuntime(base, tuple(sorted(read_only)), tuple(sorted(hidden)), names)
+        return PythonRuntime(base, tuple(sorted(read_only)), tuple(sorted(hidden)), names, _compiled_harness(base))
+
+
+_COMPILE = ("import importlib.util, marshal, sys\n"
+            "code = compile(sys.stdin.read(), 'harness.py', 'exec')\n"
+            "sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n")
+
+
+def _compiled_harness(executable: str) -> bytes:
+    """``harness.py`` as a ``.pyc`` of ``executable`` (magic number, 12 header bytes, the code object)."""
+    try:
+        return subprocess.run([executable, "-I", "-S", "-c", _COMPILE], input=Path(harness.__file__).read_bytes(),
+                              capture_output=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ValueError(f"cannot compile the sandbox harness with {executable!r}: {error}") from error
 
 
 def _import_name(path: str) -> str | None:
@@ -128,9 +144,8 @@ def run_python(source: str, *, mode: str = "script", stdin: str = "", tests: lis
     runtime = runtime or PythonRuntime.of()
     request = {"mode": mode, "prelude": prelude, "fn_name": fn_name, "tests": tests or [],
                "packages": dict(runtime.packages), "output_bytes": limits.output_bytes}
-    files = {"harness.py": Path(harness.__file__).read_bytes(), "solution.py": _source_bytes(source),
-             "request.json": json.dumps(request)}
-    command = [runtime.executable, "-I", "-S", "-B", "-X", "utf8", "harness.py", "request.json"]
+    files = {"harness.pyc": runtime.harness, "solution.py": _source_bytes(source), "request.json": json.dumps(request)}
+    command = [runtime.executable, "-I", "-S", "-B", "-X", "utf8", "harness.pyc", "request.json"]
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return run(command, limits=limits, stdin=stdin if mode == "script" else "", files=files,
                read_only=runtime.read_only, hidden=runtime.hidden, system_paths=False, env=env,

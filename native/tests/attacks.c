@@ -190,7 +190,7 @@ static int fill_disk(const char *how)
             close(fd);
     }
     printf("fill_failed errno=%d after=%d\n", err, made - 1);
-    if (!err) /* nothing stopped it: wait for the sandbox to */
+    if (err != ENOSPC) /* no full tmpfs stopped it (EMFILE keeps the unlinked files): wait for the sandbox */
         sleep(60);
     return 0;
 }

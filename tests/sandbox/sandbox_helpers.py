@@ -63,7 +63,7 @@ def processes_with(marker: str | bytes) -> list[int]:
     return found
 
 
-HARNESS_COMMAND = b"harness.py\0request.json"  # in the command line of every process of a run_python run
+HARNESS_COMMAND = b"harness.pyc\0request.json"  # in the command line of every process of a run_python run
 
 
 def sysv_key(marker: str) -> int:
