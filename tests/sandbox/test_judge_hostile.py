@@ -294,7 +294,7 @@ def test_fuzz_random_programs_never_break_the_judge():
     label_stdin = json.dumps({"inputs": ["1\n"], "outputs": [token() + "\n"]})
     for rules in ("per_test", "paper"):
         judge = hostile_judge("auto", rules)
-        for _ in range(25):
+        for _ in range(15):
             program = random_program(rng)
             for label in (label_call, label_stdin):
                 response = rng.choice([f"```python\n{program}```", program, "```python\n" + program[:rng.randrange(
