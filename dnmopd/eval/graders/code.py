@@ -28,6 +28,7 @@ from dnmopd.sandbox import (
     SandboxError,
     isolation_level,
     isolation_rank,
+    records,
     run_python,
 )
 
@@ -104,22 +105,23 @@ class LCBGrader:
         limits = self.limits if left >= self.limits.wall_time_s else replace(
             self.limits, wall_time_s=left, cpu_time_s=left)
         try:
-            call = (fn_name, [json.loads(line) for line in given.split("\n")]) if fn_name else None
+            arguments = [json.loads(line) for line in given.split("\n")] if fn_name else None
             want = json.loads(expected) if fn_name else expected
         except json.JSONDecodeError as exc:
             raise GraderError(f"{where}: a functional test is not JSON ({exc})") from exc
+        mode = dict(mode="call", fn_name=fn_name, tests=[arguments]) if fn_name else dict(mode="script", stdin=given)
         try:
-            result = run_python(program, stdin="" if call else given, call=call, limits=limits,
-                                runtime=self.runtime)
+            result = run_python(program, limits=limits, runtime=self.runtime, **mode)
         except SandboxError as exc:
             raise GraderError(f"{where}: the sandbox could not run the program: {exc}") from exc
         if isolation_rank(result.isolation) > isolation_rank(self.min_isolation):
             raise GraderError(f"{where}: the run got isolation {result.isolation!r} ({result.fallback_reason})")
-        if not result.ok:
-            return False
-        if call is None:
-            return stdout_matches(result.stdout, want)
-        try:
-            return json.loads(result.stdout) == want
-        except json.JSONDecodeError:
-            return False
+        if fn_name is None:
+            if not result.ok:
+                return False
+            try:
+                return stdout_matches(result.stdout_data.decode("utf-8"), want)
+            except UnicodeDecodeError:
+                return False
+        found = records(result)
+        return not result.limit and bool(found) and found[0].kind == "value" and found[0].value == want
