@@ -4,14 +4,17 @@ rules that cross components."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from dnmopd.config import Backend, Choice
+from dnmopd.config import Backend, Choice, FieldValueError
+from dnmopd.core.losses import validate_clip
 from dnmopd.data.sampler import PromptSampler
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
+from dnmopd.student.arch import StudentArch
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
@@ -29,6 +32,35 @@ def teacher_config_class(backend: str) -> type:
 
 def rollout_config_class(backend: str) -> type:
     return rollout_class(backend).Config
+
+
+def _require(ok: bool, key: str, problem: str) -> None:
+    if not ok:
+        raise FieldValueError(key, problem)
+
+
+def check_layout(hf_path: str, parallel: ParallelDims.Config) -> None:
+    """Refuse tensor/pipeline sizes that do not divide the student (read from its config.json), as megatron-core
+    would once the run has started; a model folder that is not there yet is not checked."""
+    if not (Path(hf_path) / "config.json").is_file():
+        return
+    try:
+        arch = StudentArch.from_hf_dir(hf_path)
+    except ValueError as err:
+        raise FieldValueError("student.hf_path", str(err)) from None
+    tp, where = parallel.tensor, f"the model {hf_path}"
+    counts = {"num_attention_heads": arch.num_attention_heads, "intermediate_size": arch.ffn_hidden_size}
+    if arch.gdn:
+        counts |= {"linear_num_key_heads": arch.gdn.num_key_heads, "linear_num_value_heads": arch.gdn.num_value_heads}
+    for name, count in counts.items():
+        _require(count % tp == 0, "parallel.tensor", f"{tp} does not divide {name} = {count} of {where}")
+    groups = arch.num_query_groups
+    _require(groups % tp == 0 or tp % groups == 0, "parallel.tensor",
+             f"{tp} is neither a multiple nor a divisor of num_key_value_heads = {groups} of {where}")
+    stages = parallel.pipeline * (parallel.virtual_pipeline or 1)
+    _require(arch.num_layers % stages == 0, "parallel.pipeline",
+             f"{stages} pipeline stages (pipeline x virtual_pipeline) do not divide num_hidden_layers = "
+             f"{arch.num_layers} of {where}")
 
 
 def resolve_data_path(path: Path) -> Path:
@@ -133,15 +165,21 @@ class OptimizerConfig:
     """Clip the global gradient norm to this value (0: off)."""
 
     def __post_init__(self):
-        if self.name not in ("adam", "sgd"):
-            raise ValueError(f"optimizer.name must be adam or sgd, got {self.name!r}")
-        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
-            raise ValueError(f"optimizer: need 0 <= min_lr <= lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
-        if self.lr_decay_style not in ("constant", "linear", "cosine"):
-            raise ValueError(f"optimizer.lr_decay_style must be constant, linear or cosine, "
-                             f"got {self.lr_decay_style!r}")
-        if self.lr_warmup_updates < 0 or self.clip_grad < 0:
-            raise ValueError("optimizer.lr_warmup_updates and optimizer.clip_grad must be >= 0")
+        _require(self.name in ("adam", "sgd"), "name", f"must be adam or sgd, got {self.name!r}")
+        _require(math.isfinite(self.lr) and self.lr > 0, "lr", f"must be a finite number > 0, got {self.lr}")
+        _require(math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.lr, "min_lr",
+                 f"must be in [0, lr = {self.lr}], got {self.min_lr}")
+        _require(self.lr_decay_style in ("constant", "linear", "cosine"), "lr_decay_style",
+                 f"must be constant, linear or cosine, got {self.lr_decay_style!r}")
+        _require(self.lr_warmup_updates >= 0, "lr_warmup_updates", f"must be >= 0, got {self.lr_warmup_updates}")
+        for name in ("weight_decay", "clip_grad"):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value >= 0, name, f"must be a finite number >= 0, got {value}")
+        for name in ("adam_beta1", "adam_beta2", "sgd_momentum"):
+            value = getattr(self, name)
+            _require(0 <= value < 1, name, f"must be in [0, 1), got {value}")
+        _require(math.isfinite(self.adam_eps) and self.adam_eps > 0, "adam_eps",
+                 f"must be a finite number > 0, got {self.adam_eps}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -207,6 +245,7 @@ class GRPOConfig:
             raise ValueError(f"grpo.on_no_verdict must be zero or stop, got {self.on_no_verdict!r}")
         if self.max_generation_batches < 1:
             raise ValueError("grpo.max_generation_batches must be >= 1")
+        validate_clip(self.eps_low, self.eps_high, self.dual_clip)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -253,6 +292,7 @@ class TrainerConfig:
     """Metrics sinks, progress display and the end-of-run plots."""
 
     def __post_init__(self):
+        check_layout(self.student.hf_path, self.parallel)
         if self.run.mode in ("opd", "grpo") and self.rollout is None:
             raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
         if self.method.injection is not None and self.rollout is not None and not self.rollout.verify:
