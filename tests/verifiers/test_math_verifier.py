@@ -81,7 +81,7 @@ RULE_PAIRS = [
     ("\\boxed{\\frac{1}{3}}", "0.333", False, False),  # S: sympy: 1/3 - 0.333 != 0
     ("\\boxed{\\pi}", "3.14159", False, False),
     ("\\boxed{2 million}", "2000000", False, False),  # S: "2*10^6" is not an integer text
-    ("\\boxed{9^{9^{9}}}", "x", False, False),  # S: "^{": sympy is not asked (it could run for hours)
+    ("\\boxed{9^{9^{9}}}", "x", False, False),  # S: a power tower ("9^9^9"): sympy is not asked
     ("\\boxed{q-p}", "p-q", False, False),
     ("\\boxed{7}", "\\boxed{7}", True, True),  # a boxed label is unwrapped
     ("\\boxed{3} and then \\boxed{4", "3", False, False),  # the last box is cut off: no answer
