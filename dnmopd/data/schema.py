@@ -38,6 +38,8 @@ MAX_SRC_INDEX = 2**63 - 1
 """Arrow stores ``src_index`` as int64."""
 
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""Decoded JSON holds a surrogate only where its text has such an escape (UTF-8 cannot encode one)."""
 
 
 class RowError(ValueError):
@@ -58,16 +60,6 @@ class _RepeatedKeys(dict):
     """A decoded JSON object in which a key occurred more than once (``json`` would keep the last value)."""
 
     repeated: list[str]
-
-
-def _object(pairs: list[tuple[str, object]]) -> dict:
-    obj = dict(pairs)
-    if len(obj) == len(pairs):
-        return obj
-    marked = _RepeatedKeys(obj)
-    keys = [key for key, _ in pairs]
-    marked.repeated = sorted({key for key in keys if keys.count(key) > 1})
-    return marked
 
 
 def _child(parent: str, key: str) -> str:
@@ -92,9 +84,22 @@ def _check_decoded(value: object, where: str) -> None:
 
 def _decode(text: str, where: str, what: str) -> object:
     """Strict JSON: no repeated keys, no lone surrogates (errors name ``where``)."""
+    repeated = []
+
+    def make_object(pairs: list[tuple[str, object]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        keys = [key for key, _ in pairs]
+        marked = _RepeatedKeys(obj)
+        marked.repeated = sorted({key for key in keys if keys.count(key) > 1})
+        repeated.append(marked)
+        return marked
+
     try:
-        value = json.loads(text, object_pairs_hook=_object)
-        _check_decoded(value, "" if where == "<line>" else where)
+        value = json.loads(text, object_pairs_hook=make_object)
+        if repeated or ("\\u" in text and _SURROGATE_ESCAPE.search(text)):  # else nothing to find: no walk
+            _check_decoded(value, "" if where == "<line>" else where)
     except ValueError as exc:
         raise _FieldError(where, f"{what} is not valid JSON: {exc}") from None
     except RecursionError:
