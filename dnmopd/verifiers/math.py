@@ -95,7 +95,7 @@ def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: i
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # a runaway bignum raises MemoryError here
     for noisy in ("math_verify", "pylatexenc"):  # both log every answer they cannot parse
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    grade("\\boxed{1}", "1", rules)  # warm the imports before announcing readiness
+    grade("\\boxed{\\sqrt{2}}", "x", rules)  # warm the imports (LaTeX parser, sympy) before announcing readiness
 
     conn.send(("ready", None))
     while (request := conn.recv()) is not None:
