@@ -85,8 +85,7 @@ class RunConfig:
     """Seed of model-parallel RNG, dropout and the in-process rollout's sampling."""
 
     def __post_init__(self):
-        if self.mode not in RUN_MODES:
-            raise ValueError(f"run.mode must be one of {RUN_MODES}, got {self.mode!r}")
+        _require(self.mode in RUN_MODES, "mode", f"must be one of {', '.join(RUN_MODES)}, got {self.mode!r}")
 
     @property
     def directory(self) -> Path:
@@ -109,12 +108,11 @@ class DataConfig:
     """fail: a malformed row stops the run; skip: it is left out and reported."""
 
     def __post_init__(self):
-        if self.samples_per_prompt < 1 or self.max_prompt_tokens < 1:
-            raise ValueError("data.samples_per_prompt and data.max_prompt_tokens must be >= 1")
-        if self.on_bad_row not in ("fail", "skip"):
-            raise ValueError(f"data.on_bad_row must be fail or skip, got {self.on_bad_row!r}")
-        if len(set(self.domains)) != len(self.domains) or not self.domains:
-            raise ValueError(f"data.domains must be a non-empty list of distinct names, got {self.domains}")
+        for name in ("samples_per_prompt", "max_prompt_tokens"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(self.on_bad_row in ("fail", "skip"), "on_bad_row", f"must be fail or skip, got {self.on_bad_row!r}")
+        _require(bool(self.domains) and len(set(self.domains)) == len(self.domains), "domains",
+                 f"must be a non-empty list of distinct names, got {self.domains}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -195,8 +193,8 @@ class TrainConfig:
     """Tokens per chunk of the fused LM-head kernel (None: sized by the kernel)."""
 
     def __post_init__(self):
-        if self.updates < 1 or self.optimizer_steps_per_update < 1 or self.micro_batch_tokens < 1:
-            raise ValueError("train.updates, optimizer_steps_per_update and micro_batch_tokens must be >= 1")
+        for name in ("updates", "optimizer_steps_per_update", "micro_batch_tokens"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -211,8 +209,8 @@ class CheckpointConfig:
     """Write a Hugging Face release of the final student to <run_dir>/release."""
 
     def __post_init__(self):
-        if self.save_every < 1 or self.keep_last < 0:
-            raise ValueError("checkpoint.save_every must be >= 1 and checkpoint.keep_last >= 0")
+        _require(self.save_every >= 1, "save_every", f"must be >= 1, got {self.save_every}")
+        _require(self.keep_last >= 0, "keep_last", f"must be >= 0, got {self.keep_last}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -241,10 +239,10 @@ class GRPOConfig:
     """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off)."""
 
     def __post_init__(self):
-        if self.on_no_verdict not in ("zero", "stop"):
-            raise ValueError(f"grpo.on_no_verdict must be zero or stop, got {self.on_no_verdict!r}")
-        if self.max_generation_batches < 1:
-            raise ValueError("grpo.max_generation_batches must be >= 1")
+        _require(self.on_no_verdict in ("zero", "stop"), "on_no_verdict",
+                 f"must be zero or stop, got {self.on_no_verdict!r}")
+        _require(self.max_generation_batches >= 1, "max_generation_batches",
+                 f"must be >= 1, got {self.max_generation_batches}")
         validate_clip(self.eps_low, self.eps_high, self.dual_clip)
 
 
@@ -258,8 +256,7 @@ class SFTConfig:
     """Sampling seed of the generation."""
 
     def __post_init__(self):
-        if self.max_response_tokens < 1:
-            raise ValueError("sft.max_response_tokens must be >= 1")
+        _require(self.max_response_tokens >= 1, "max_response_tokens", f"must be >= 1, got {self.max_response_tokens}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -293,26 +290,23 @@ class TrainerConfig:
 
     def __post_init__(self):
         check_layout(self.student.hf_path, self.parallel)
-        if self.run.mode in ("opd", "grpo") and self.rollout is None:
-            raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
-        if self.method.injection is not None and self.rollout is not None and not self.rollout.verify:
-            raise ValueError("method.injection picks the response to replace by its verdict: set rollout.verify true")
+        _require(self.run.mode not in ("opd", "grpo") or self.rollout is not None, "run.mode",
+                 f"{self.run.mode} samples from the student: set rollout.engine")
+        _require(self.method.injection is None or self.rollout is None or self.rollout.verify, "rollout.verify",
+                 "method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":
             names = self.teachers.names()
-            if len(set(names)) != len(names):
-                raise ValueError(f"teachers.models: duplicate teacher names {names}")
+            _require(len(set(names)) == len(names), "teachers.models", f"duplicate teacher names {names}")
             missing = sorted(set(self.method.routing.teachers) - set(names))
-            if missing:
-                raise ValueError(f"method.routing names teachers {missing} that teachers.models does not define; "
-                                 f"defined: {names}")
+            _require(not missing, "method.routing",
+                     f"names teachers {missing} that teachers.models does not define; defined: {names}")
             if self.method.loss.kind == "full_vocab_reverse_kl":
                 remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
-                if remote:
-                    raise ValueError(f"method.loss.kind full_vocab_reverse_kl needs in-process teachers; {remote} "
-                                     "are servers (use sampled_token with them)")
-                if self.train.optimizer_steps_per_update != 1:
-                    raise ValueError("method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
+                _require(not remote, "method.loss.kind", f"full_vocab_reverse_kl needs in-process teachers; {remote} "
+                         "are servers (use sampled_token with them)")
+                _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
+                         "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
         prompts = self.data.sampler.prompts_per_rollout * self.data.samples_per_prompt
-        if prompts % self.train.optimizer_steps_per_update:
-            raise ValueError(f"{prompts} responses per update are not divisible into "
-                             f"train.optimizer_steps_per_update={self.train.optimizer_steps_per_update} equal steps")
+        _require(prompts % self.train.optimizer_steps_per_update == 0, "train.optimizer_steps_per_update",
+                 f"{prompts} responses per update (data.sampler.prompts_per_rollout x data.samples_per_prompt) are "
+                 f"not divisible into {self.train.optimizer_steps_per_update} equal steps")

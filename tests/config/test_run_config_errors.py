@@ -51,6 +51,13 @@ def run_file(tmp_path: Path, student: Path, body: str) -> Path:
                                    r"num_hidden_layers = 4"),
     ("parallel:\n  pipeline: 2\n  virtual_pipeline: 4\n", r"run.yaml:5: parallel.pipeline: 8 pipeline stages"),
     ("data:\n  3: x\n", r"run.yaml:5: key data.3: YAML reads it as an integer, not as a name"),
+    ("data:\n  on_bad_row: ignore\n", r"run.yaml:5: data.on_bad_row: must be fail or skip, got 'ignore'"),
+    ("run:\n  mode: rl\n", r"run.yaml:5: run.mode: must be one of opd, grpo, sft, got 'rl'"),
+    ("checkpoint:\n  keep_last: -1\n", r"run.yaml:5: checkpoint.keep_last: must be >= 0, got -1"),
+    ("method:\n  loss: {kind: sampled_token}\ntrain:\n  optimizer_steps_per_update: 5\n",
+     r"run.yaml:7: train.optimizer_steps_per_update: 48 responses per update .* not divisible into 5 equal steps"),
+    ("train:\n  optimizer_steps_per_update: 2\n",
+     r"run.yaml:5: train.optimizer_steps_per_update: method.loss.kind full_vocab_reverse_kl supports one"),
 ])
 def test_bad_values_name_the_key_and_its_line(tmp_path, student, body, message):
     with pytest.raises(ConfigError, match=message):
