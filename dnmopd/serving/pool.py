@@ -258,7 +258,14 @@ class ReplicaPool:
 
     async def post_to(self, replica: Replica, path: str, body: Any) -> Any:
         """One POST to one replica, no retry. Returns the parsed JSON body of a 200."""
-        status, text = await self.request_to(replica, "POST", path, body)
+        return self._json_answer(replica, path, *await self.request_to(replica, "POST", path, body))
+
+    async def get(self, replica: Replica, path: str) -> Any:
+        """One GET to one replica, no retry. Returns the parsed JSON body of a 200."""
+        return self._json_answer(replica, path, *await self.request_to(replica, "GET", path))
+
+    @staticmethod
+    def _json_answer(replica: Replica, path: str, status: int, text: str) -> Any:
         if status == 200:
             try:
                 return json.loads(text)
