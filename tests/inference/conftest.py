@@ -33,11 +33,11 @@ def tiny_sglang(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture
 def replay():
-    """`replay(behavior="ok") -> ReplayServer`; every server started is killed at teardown."""
+    """`replay(behavior="ok", port=0) -> ReplayServer`; every server started is killed at teardown."""
     servers: list[ReplayServer] = []
 
-    def start(behavior: str = "ok") -> ReplayServer:
-        servers.append(ReplayServer(behavior))
+    def start(behavior: str = "ok", port: int = 0) -> ReplayServer:
+        servers.append(ReplayServer(behavior, port))
         return servers[-1]
 
     yield start

@@ -47,13 +47,13 @@ def free_port() -> int:
 
 class SGLangServer:
     def __init__(self, model_path: Path, work: Path, *, name: str = "tiny", port: int | None = None,
-                 extra_args: tuple[str, ...] = ()):
+                 context_length: int = CONTEXT_LENGTH):
         self.work = work
         self.spec = ServerSpec(
             name=name, backend="sglang", model_path=str(model_path), port=port or free_port(),
             python=str(require_sglang()), device="cpu",
-            extra_args=["--skip-server-warmup", "--context-length", str(CONTEXT_LENGTH), "--max-total-tokens",
-                        "16384", "--mem-fraction-static", "0.05", *extra_args],
+            extra_args=["--skip-server-warmup", "--context-length", str(context_length), "--max-total-tokens",
+                        "16384", "--mem-fraction-static", "0.05"],
             env={"OMP_NUM_THREADS": "2", "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
                  "SGLANG_CACHE_DIR": str(work / "sglang-cache")},
         )
