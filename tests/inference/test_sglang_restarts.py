@@ -21,7 +21,7 @@ from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
 
-pytestmark = pytest.mark.slow  # each restart takes about a minute on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # each restart takes about a minute on 2 cores
 
 PROMPT = [370, 28, 345, 340, 289, 264, 289, 33, 360, 28]
 PROBE = ScoreRequest(tuple(PROMPT + [362, 16, 223, 274, 277, 291]), len(PROMPT))
@@ -65,7 +65,7 @@ def test_a_restarted_rollout_server_is_resynced_and_probed_before_it_serves(tiny
     greedy = SamplingParams(temperature=0, max_new_tokens=6)
     model = update(engine, tiny_model_dir, seed=11)
     tiny_sglang.restart()  # back on the original weights, version "default"
-    folder = engine.served_folder
+    folder = tmp_path / "updates" / "step-1"
     folder.rename(tmp_path / "away")  # nothing to re-sync from: the run must stop, loudly
     with pytest.raises(WeightUpdateError, match=r"answered from stale weights and the re-sync failed"):
         engine.generate_batch([RolloutRequest(PROMPT, 0)], greedy)

@@ -21,7 +21,7 @@ from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
 
-pytestmark = pytest.mark.slow  # the server takes about a minute to start on 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # the server takes about a minute to start on 2 cores
 
 PROMPTS = [[370, 28, 345, 340, 289, 264, 289, 33, 360, 28], [5, 6], [100, 200, 300, 400, 500, 600, 700]]
 

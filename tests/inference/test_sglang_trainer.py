@@ -19,7 +19,7 @@ from dnmopd.config import load_config
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
 
-pytestmark = pytest.mark.slow  # two server starts and a trainer run
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # two server starts and a trainer run
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "demo_cpu.yaml"
 DOMAINS = ("math", "code", "ifeval")

@@ -130,6 +130,7 @@ def test_wrong_types_are_reported(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_a_real_sglang_teacher_end_to_end(tmp_path, tiny_model_dir):
     """The script starts a real SGLang server (CPU) from its YAML; the teacher found through the map scores
     like transformers; SIGTERM stops it and removes the map."""
