@@ -103,8 +103,8 @@ class VLLMRollout(HttpRolloutEngine):
     async def _load(self, replica: Replica, folder: Path, version: str) -> None:
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
         try:
-            answer = await self.pool.post("/collective_rpc", body, replica=replica)
-            await self.pool.post("/reset_prefix_cache", None, replica=replica)
+            answer = await self.pool.post_to(replica, "/collective_rpc", body)
+            await self.pool.post_to(replica, "/reset_prefix_cache", None)
         except RequestRejected as error:
             hint = " (start the server with VLLM_SERVER_DEV_MODE=1)" if error.status == 404 else ""
             raise WeightUpdateError(f"rollout server {replica.url} refused the update{hint}: {error}") from error
@@ -112,7 +112,7 @@ class VLLMRollout(HttpRolloutEngine):
             raise WeightUpdateError(f"rollout server {replica.url}: collective_rpc answered {answer!r}")
 
     async def _probe_logprobs(self, replica: Replica, probe: WeightProbe) -> torch.Tensor:
-        answer = await self.pool.post("/v1/completions", vllm_api.score_body([probe.token_ids]), replica=replica)
+        answer = await self.pool.post_to(replica, "/v1/completions", vllm_api.score_body([probe.token_ids]))
         choice = vllm_api.choices_in_order(answer, 1)[0]
         return vllm_api.parse_score(choice, probe.token_ids, probe.prompt_len)[0]
 
