@@ -128,7 +128,7 @@ class HttpRolloutEngine(RolloutEngine):
             try:
                 await self._load(replica, self.served_folder, self.expected_version)
                 served = await self._probe_logprobs(replica, self._probe)
-            except ServingError as error:
+            except (ServingError, WeightUpdateError) as error:
                 message = f"{source}: answered from stale weights and the re-sync failed: {error}"
                 raise WeightUpdateError(message) from error
             self._probe.verify(served, source=source)
