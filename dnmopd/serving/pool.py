@@ -84,11 +84,11 @@ class ReplicaPool:
         """Time-out for establishing a connection."""
         request_timeout_s: float = 120.0
         """Time-out for one whole request (send, server work, read)."""
-        max_attempts: int = 50
+        max_attempts: int = 100
         """Attempts per request in total, first one included (`retry_timeout_s` usually ends retrying first)."""
-        retry_timeout_s: float = 300.0
+        retry_timeout_s: float = 600.0
         """No new attempt starts once this long has passed since the first one: the default outlasts a server
-        restart (30-120 s for a small model; raise it for teachers that take longer to load)."""
+        restart (1-5 minutes on a loaded machine or for a large model; raise it for teachers that load slower)."""
         backoff_initial_s: float = 0.5
         """Back-off before the second attempt; doubled for each further attempt."""
         backoff_max_s: float = 8.0
