@@ -6,6 +6,8 @@ sampled distribution and finish reasons, weight updates verified by the probe, t
 every answer, identity after an update, and an over-long sample that only costs itself.
 """
 
+import json
+
 import pytest
 import torch
 from sglang_servers import CONTEXT_LENGTH
@@ -37,6 +39,10 @@ def teacher(server, model_dir, **overrides):
 def rollout_engine(server, model_dir):
     return SGLangRollout.Config(model_path=str(model_dir), pool=pool(server),
                                 update_dir=str(model_dir.parent / "sglang-updates")).build()
+
+
+def eos_id(model_dir):
+    return json.loads((model_dir / "config.json").read_text())["eos_token_id"]
 
 
 def random_requests(shapes, seed=0):
@@ -78,7 +84,11 @@ def test_rollouts_report_the_sampled_distribution(tiny_sglang, tiny_model_dir, t
             logits = tiny_hf_model(torch.tensor([ids])).logits[0, len(rollout.prompt_ids) - 1 : -1]
         expected = sampling_logprobs(logits, params).gather(1, torch.tensor(rollout.response_ids)[:, None])
         torch.testing.assert_close(rollout.logprobs, expected.squeeze(1), atol=2e-5, rtol=0)
-        assert rollout.finish_reason == "length" and len(rollout.response_ids) == params.max_new_tokens
+        if rollout.finish_reason == "length":
+            assert len(rollout.response_ids) == params.max_new_tokens
+        else:  # a sampled EOS ends it early, and is kept
+            assert rollout.finish_reason == "stop" and rollout.response_ids[-1] == eos_id(tiny_model_dir)
+            assert len(rollout.response_ids) <= params.max_new_tokens
 
 
 def test_finish_reasons_stop_ids_length_and_one_token(tiny_sglang, tiny_model_dir, tiny_hf_model):
