@@ -9,6 +9,7 @@ in a finalizer.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 from pathlib import Path
@@ -40,9 +41,16 @@ def require_sglang() -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768+): a client retrying a restarting server on an
+    ephemeral port can connect to itself and hold the port, so the server cannot bind it again."""
+    for port in random.Random().sample(range(20000, 32000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32000")
 
 
 class SGLangServer:
