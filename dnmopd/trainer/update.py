@@ -42,6 +42,16 @@ def response_tokens(mb: MicroBatch, hidden: torch.Tensor, tp_group) -> TokenView
     return TokenView(selected, rows, cols, batch.tokens[rows, positions])
 
 
+def split_micro_batches(batch: TrainBatch, max_tokens: int, *, packing: bool, pipeline: int = 1,
+                        interleaved: bool = False) -> list[MicroBatch]:
+    """The micro-batches the student runs `batch` in: packed, or padded (to the batch's longest row for every
+    micro-batch when pipelined: one shape between stages); a multiple of the stages for the interleaved schedule."""
+    multiple_of = pipeline if interleaved else 1
+    if packing:
+        return batch.packed_micro_batches(max_tokens, multiple_of=multiple_of)
+    return batch.padded_micro_batches(max_tokens, uniform=pipeline > 1, multiple_of=multiple_of)
+
+
 class StudentForward:
     """Runs micro-batches of a TrainBatch through the student and a per-micro-batch loss on the last stage."""
 
@@ -57,12 +67,8 @@ class StudentForward:
         return self.student.chunks[-1]
 
     def micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:
-        interleaved = len(self.model) > 1
-        multiple_of = self.dims.pp_size if interleaved else 1  # the interleaved schedule's requirement
-        if self.packing:
-            return batch.packed_micro_batches(self.micro_batch_tokens, multiple_of=multiple_of)
-        return batch.padded_micro_batches(self.micro_batch_tokens, uniform=self.dims.pp_size > 1,
-                                          multiple_of=multiple_of)
+        return split_micro_batches(batch, self.micro_batch_tokens, packing=self.packing,
+                                   pipeline=self.dims.pp_size, interleaved=len(self.model) > 1)
 
     def run(self, batch: TrainBatch, loss_fn: Callable[[TrainBatch, TokenView], tuple], *,
             forward_only: bool) -> list:
