@@ -3,10 +3,10 @@
 Micro-batches are packed (THD: each one's sequences back to back in one row, so no padding token is computed;
 pipeline stages exchange tensors of each micro-batch's own length through megatron's `variable_seq_lengths`)
 unless `packing` is off, which keeps the right-padded micro-batches. The last pipeline stage stops at the final
-hidden states; only the positions that predict response tokens
-are gathered, passed through megatron's `copy_to_tensor_model_parallel_region` (so grad_hidden, a partial sum
-over this rank's vocab shard, is all-reduced over TP exactly once) and into a fused kernel together with
-this rank's shard of the output weight. No [tokens, vocab] logits exist.
+hidden states; only the positions that predict response tokens are gathered, passed through megatron's
+`copy_to_tensor_model_parallel_region` (so grad_hidden, a partial sum over this rank's vocab shard, is
+all-reduced over TP exactly once) and into a fused kernel together with this rank's shard of the output weight.
+No [tokens, vocab] logits exist.
 """
 
 from __future__ import annotations
