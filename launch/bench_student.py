@@ -17,15 +17,17 @@ packed: balanced packs of the real tokens): micro-batches, tokens computed, thei
 padding fraction. Then, at this process group's layout, the student's forward+backward over the whole batch
 through megatron's schedules (the loss: a fixed projection of the final hidden states at the response positions,
 so the LM head is not part of it): padded and packed alternately in one run after a warm-up pass of each over 4
-prompts, the median of --repeats each and their ratio, and the peak activation memory (bytes of the tensors
-autograd holds for the backward, on the busiest pipeline stage; on CUDA also the peak allocated memory). A CPU
-run scales every length, the cap and the micro-batch budget by --length-scale.
+prompts, the median of --repeats each and their ratio (wall-clock, and the CPU seconds of all stages, which a
+shared machine disturbs less), and the peak activation memory (bytes of the tensors autograd holds for the
+backward, on the busiest pipeline stage; on CUDA also the peak allocated memory). A CPU run scales every length,
+the cap and the micro-batch budget by --length-scale.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -225,7 +227,7 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
         chunk.train()
     results = {}
     for packing in (False, True):
-        results[packing] = {"seconds": [], "activation_bytes": 0, "cuda_peak_bytes": None,
+        results[packing] = {"seconds": [], "cpu_seconds": [], "activation_bytes": 0, "cuda_peak_bytes": None,
                             "tokens": sum(mb.num_tokens for mb in StudentForward(
                                 student, student.chunks, max_tokens, packing=packing).micro_batches(batch))}
     warm_up = batch.select(slice(0, 4 * args.samples))  # first-call costs (lazy imports, allocator) off the clock
@@ -240,16 +242,19 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
                 torch.cuda.reset_peak_memory_stats()
                 before = torch.cuda.memory_allocated()
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             with memory.hooks():
                 forward.run(batch if repeat else warm_up, loss_fn, forward_only=False)
             if device.type == "cuda":
                 torch.cuda.synchronize()
+            cpu = torch.tensor(time.process_time() - cpu_start, dtype=torch.float64)
             dist.barrier()
             elapsed = time.perf_counter() - start
+            dist.all_reduce(cpu)  # CPU seconds of all stages (gloo: a CPU tensor)
             result = results[packing]
             if repeat:
                 result["seconds"].append(elapsed)
+                result["cpu_seconds"].append(cpu.item())
                 result["activation_bytes"] = max(result["activation_bytes"], memory.peak)
                 if device.type == "cuda":
                     result["cuda_peak_bytes"] = torch.cuda.max_memory_allocated() - before
@@ -260,13 +265,16 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
                 dist.all_reduce(value, op=dist.ReduceOp.MAX)
                 result[key] = int(value.item())
         result["median_s"] = statistics.median(result["seconds"])
+        result["median_cpu_s"] = statistics.median(result["cpu_seconds"])
     padded, packed = results[False], results[True]
     return {"padded": padded, "packed": packed,
             "time_ratio_packed_over_padded": packed["median_s"] / padded["median_s"],
+            "cpu_time_ratio_packed_over_padded": packed["median_cpu_s"] / padded["median_cpu_s"],
             "activation_ratio_packed_over_padded": packed["activation_bytes"] / max(padded["activation_bytes"], 1)}
 
 
 def build_student(args, work: Path):
+    """The random student (built by rank 0 into `work`, a folder every rank sees) at the timed layout."""
     from dnmopd.student import BuildOptions, ParallelDims, Student
     from dnmopd.student.tiny import build_tiny_hf_checkpoint
 
@@ -300,8 +308,9 @@ def main(argv=None) -> int:
 
     mix = LengthMix.draw(args)
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "mix": mix.summary()}
-    init_distributed()
-    rank0 = dist.get_rank() == 0
+    if not args.no_timing:  # the accounting needs no process group
+        init_distributed()
+    rank0 = args.no_timing or dist.get_rank() == 0
     if rank0:
         print(json.dumps(report["mix"], indent=1), flush=True)
         pipelines = [int(p) for p in args.accounting_pipelines.split(",")]
@@ -310,8 +319,11 @@ def main(argv=None) -> int:
               f"micro_batch_tokens {args.micro_batch_tokens}:\n{_table(report['accounting'])}", flush=True)
     if not args.no_timing:
         scale = args.length_scale or (1.0 if torch.cuda.is_available() else 0.125)
-        with tempfile.TemporaryDirectory(prefix="bench_student_") as work:
-            student = build_student(args, Path(work))
+        work = [tempfile.mkdtemp(prefix="bench_student_") if rank0 else None]
+        dist.broadcast_object_list(work, src=0)
+        work = Path(work[0])
+        try:
+            student = build_student(args, work)
             timed = LengthMix.draw(args, scale)
             max_tokens = max(1, round(args.micro_batch_tokens * scale))
             report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
@@ -321,6 +333,10 @@ def main(argv=None) -> int:
                                 "device": str(next(student.chunks[0].parameters()).device),
                                 **time_student(args, timed.train_batch(1024, args.seed), student, max_tokens)}
             student.dims.destroy()
+        finally:
+            dist.barrier()
+            if rank0:
+                shutil.rmtree(work, ignore_errors=True)
         if rank0:
             t = report["timing"]
             print(f"\nForward+backward, TP {args.tensor} PP {args.pipeline} VPP {args.virtual_pipeline or 1}, "
@@ -328,15 +344,18 @@ def main(argv=None) -> int:
             for layout in ("padded", "packed"):
                 r = t[layout]
                 cuda = "" if r["cuda_peak_bytes"] is None else f", CUDA peak {r['cuda_peak_bytes'] / 2**20:,.0f} MiB"
-                print(f"  {layout}: {r['tokens']:,} tokens, median {r['median_s']:.2f} s of "
-                      f"{[round(s, 2) for s in r['seconds']]}, activations {r['activation_bytes'] / 2**20:,.1f} MiB"
-                      f"{cuda}")
-            print(f"  packed / padded: time {t['time_ratio_packed_over_padded']:.3f}, "
-                  f"activation memory {t['activation_ratio_packed_over_padded']:.3f}", flush=True)
+                print(f"  {layout}: {r['tokens']:,} tokens, wall median {r['median_s']:.2f} s of "
+                      f"{[round(s, 2) for s in r['seconds']]}, CPU median {r['median_cpu_s']:.2f} s of "
+                      f"{[round(s, 2) for s in r['cpu_seconds']]}, activations "
+                      f"{r['activation_bytes'] / 2**20:,.1f} MiB{cuda}")
+            print(f"  packed / padded: wall time {t['time_ratio_packed_over_padded']:.3f}, CPU time "
+                  f"{t['cpu_time_ratio_packed_over_padded']:.3f}, activation memory "
+                  f"{t['activation_ratio_packed_over_padded']:.3f}", flush=True)
     if rank0:
         with atomic_write(args.out / "bench_student.json") as f:
             json.dump(report, f, indent=1)
-    dist.destroy_process_group()
+    if not args.no_timing:
+        dist.destroy_process_group()
     return 0
 
 
