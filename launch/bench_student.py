@@ -227,9 +227,10 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
         chunk.train()
     results = {}
     for packing in (False, True):
+        micro = StudentForward(student, student.chunks, max_tokens, packing=packing).micro_batches(batch)
         results[packing] = {"seconds": [], "cpu_seconds": [], "activation_bytes": 0, "cuda_peak_bytes": None,
-                            "tokens": sum(mb.num_tokens for mb in StudentForward(
-                                student, student.chunks, max_tokens, packing=packing).micro_batches(batch))}
+                            "micro_batches": len(micro), "tokens": sum(mb.num_tokens for mb in micro),
+                            "largest_micro_batch": max(mb.num_tokens for mb in micro)}
     warm_up = batch.select(slice(0, 4 * args.samples))  # first-call costs (lazy imports, allocator) off the clock
     for repeat in range(args.repeats + 1):
         for packing in (False, True):
@@ -344,7 +345,8 @@ def main(argv=None) -> int:
             for layout in ("padded", "packed"):
                 r = t[layout]
                 cuda = "" if r["cuda_peak_bytes"] is None else f", CUDA peak {r['cuda_peak_bytes'] / 2**20:,.0f} MiB"
-                print(f"  {layout}: {r['tokens']:,} tokens, wall median {r['median_s']:.2f} s of "
+                print(f"  {layout}: {r['micro_batches']} micro-batches (largest {r['largest_micro_batch']:,} tokens), "
+                      f"{r['tokens']:,} tokens, wall median {r['median_s']:.2f} s of "
                       f"{[round(s, 2) for s in r['seconds']]}, CPU median {r['median_cpu_s']:.2f} s of "
                       f"{[round(s, 2) for s in r['cpu_seconds']]}, activations "
                       f"{r['activation_bytes'] / 2**20:,.1f} MiB{cuda}")
