@@ -21,6 +21,7 @@ import importlib
 _EXPORTS = {
     "BuildOptions": "dnmopd.student.build",
     "OutputShard": "dnmopd.student.model",
+    "PackedSequences": "dnmopd.student.model",
     "ParallelDims": "dnmopd.student.parallel",
     "Student": "dnmopd.student.student",
     "StudentArch": "dnmopd.student.arch",

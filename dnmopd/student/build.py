@@ -113,6 +113,10 @@ def transformer_config(arch: StudentArch, options: BuildOptions, dims: ParallelD
         tensor_model_parallel_size=dims.tp_size,
         pipeline_model_parallel_size=dims.pp_size,
         virtual_pipeline_model_parallel_size=dims.config.virtual_pipeline,
+        # the interleaved schedule must not batch both directions' messages into one exchange: with two stages
+        # they would go to the same peer and could cross (megatron's training arguments enforce the same)
+        overlap_p2p_comm=dims.num_chunks > 1,
+        batch_p2p_comm=dims.num_chunks == 1,
         sequence_parallel=False,
         variable_seq_lengths=True,
         moe_token_dispatcher_type="alltoall",  # dense model; megatron rejects the default with variable lengths

@@ -7,8 +7,9 @@ Hugging Face weight minus one), so checkpoints reshard across TP sizes. Unlike m
 require FLA or Transformer Engine: the delta rule runs through ``dnmopd.student.gated_delta_rule`` (FLA's
 chunk kernel on CUDA when installed and usable, the pure-torch chunked form elsewhere).
 
-Forward: ``hidden_states [s, b, h] -> (output [s, b, h], None)``; sequences must be right-padded
-(the recurrence runs left to right, so trailing padding never affects real tokens).
+Forward: ``hidden_states [s, b, h] -> (output [s, b, h], None)``, sequences right-padded (the recurrence runs
+left to right, so trailing padding never affects real tokens) or packed into one row (``packed_seq_params``,
+``b == 1``): the causal convolution and the delta-rule state then restart at every sequence start.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from megatron.core.transformer.utils import (
 
 from dnmopd.student.gated_delta_rule import gated_delta_rule
 from dnmopd.student.layers import _param_device
+from dnmopd.student.model import packed_lengths
 
 try:  # megatron-core >= 0.19
     from megatron.core.ssm.utils import _split_tensor_factory
@@ -36,6 +38,21 @@ except ImportError:  # megatron-core 0.16
     from megatron.core.ssm.mamba_mixer import _split_tensor_factory
 
 IN_PROJ_PARTS = ("query", "key", "value", "z", "beta", "alpha")
+
+
+def causal_conv1d(x: torch.Tensor, weight: torch.Tensor, lengths: list[int] | None = None) -> torch.Tensor:
+    """Depthwise causal convolution ``x [b, channels, s]`` with ``weight [channels, 1, K]``, zero history.
+
+    ``lengths``: sequences packed along s (``b == 1``), each with its own zero history: they are laid out with
+    ``K - 1`` zeros before each one, so the window of a sequence's first tokens never reaches the previous one.
+    """
+    kernel = weight.shape[-1]
+    if lengths is None:
+        return F.conv1d(x, weight, padding=kernel - 1, groups=weight.shape[0])[..., : x.shape[-1]]
+    sequence = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)).to(x.device)
+    slots = torch.arange(x.shape[-1], device=x.device) + (kernel - 1) * (sequence + 1)
+    spaced = x.new_zeros(*x.shape[:-1], x.shape[-1] + (kernel - 1) * len(lengths)).index_copy(-1, slots, x)
+    return F.conv1d(spaced, weight, groups=weight.shape[0]).index_select(-1, slots - (kernel - 1))
 
 
 @dataclass
@@ -142,14 +159,15 @@ class GatedDeltaNet(MegatronModule):
 
     def forward(self, hidden_states, attention_mask=None, inference_context=None, packed_seq_params=None, **_):
         # **_: rotary embeddings and other attention-only arguments that megatron's layer passes along.
-        if inference_context is not None or packed_seq_params is not None:
-            raise NotImplementedError("GatedDeltaNet supports neither inference caches nor packed sequences")
+        if inference_context is not None:
+            raise NotImplementedError("GatedDeltaNet does not support inference caches")
+        lengths = None if packed_seq_params is None else packed_lengths(packed_seq_params)
         seq, batch, _hidden = hidden_states.shape
         projected, _ = self.in_proj(hidden_states)
         query, key, value, gate, beta, alpha = torch.split(projected.transpose(0, 1), self.in_proj_sections, -1)
 
         mixed = torch.cat([query, key, value], dim=-1).transpose(1, 2)  # [b, conv_dim, s]
-        mixed = F.silu(self.conv1d(mixed)[..., :seq]).transpose(1, 2)
+        mixed = F.silu(causal_conv1d(mixed, self.conv1d.weight, lengths)).transpose(1, 2)
         query, key, value = torch.split(mixed, self.conv_sections, dim=-1)
         query = query.reshape(batch, seq, self.num_key_heads, self.key_head_dim)
         key = key.reshape(batch, seq, self.num_key_heads, self.key_head_dim)
@@ -157,7 +175,8 @@ class GatedDeltaNet(MegatronModule):
 
         decay = -self.A_log.float().exp() * F.softplus(alpha.float() + self.dt_bias.float())
         core = gated_delta_rule(
-            query, key, value, decay, beta.sigmoid(), backend=self.backend, chunk_size=self.chunk_size
+            query, key, value, decay, beta.sigmoid(), backend=self.backend, chunk_size=self.chunk_size,
+            lengths=lengths,
         )
         normed = self.out_norm(core) * F.silu(gate.reshape_as(core).float())
         normed = normed.to(hidden_states.dtype).reshape(batch, seq, -1).transpose(0, 1).contiguous()

@@ -17,6 +17,12 @@ Unrolling the recurrence gives ``u = (I + A)^{-1} (beta V - beta exp(gamma) K S0
 
 Only the last three lines run sequentially over chunks. Every exponent is <= 0, so nothing overflows.
 
+Packed sequences (``lengths``: several sequences concatenated along T, batch 1): the state restarts at zero
+at every sequence start. The chunked form lays each sequence out from a chunk boundary (the gap to the
+next boundary stays zero and is never read back), so no chunk mixes two sequences, and runs the recurrence
+over "chunk i of every sequence that has one", longest sequences first: a padded batch is the special case
+of equal lengths, and the sequential loop is as long as the longest sequence, not the whole pack.
+
 Shapes: ``q, k [B, T, H, dk]``, ``v [B, T, H, dv]``, ``g, beta [B, T, H]`` (q/k already L2-normalised and
 repeated to the value heads); output ``[B, T, H, dv]`` in v's dtype. Math runs in float32.
 """
@@ -25,6 +31,8 @@ from __future__ import annotations
 
 import functools
 import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -45,19 +53,32 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
 
 
-def _to_heads_first(*tensors: torch.Tensor) -> list[torch.Tensor]:
-    return [t.transpose(1, 2).float() for t in tensors]
+def sequence_lengths(batch: int, length: int, lengths: Sequence[int] | None) -> list[int]:
+    """The sequences of a ``[batch, length]`` input: one per row, or ``lengths`` packed into a single row."""
+    if lengths is None:
+        return [length] * batch
+    lengths = [int(n) for n in lengths]
+    if batch != 1 or sum(lengths) != length or min(lengths, default=0) < 1:
+        raise ValueError(
+            f"packed sequence lengths must be >= 1 and sum to the length of a single row; got {len(lengths)} "
+            f"lengths summing to {sum(lengths)} for input [{batch}, {length}]"
+        )
+    return lengths
 
 
-def recurrent_gated_delta_rule(q, k, v, g, beta, *, scale: float | None = None) -> torch.Tensor:
-    """Token-by-token reference form (O(T) sequential steps)."""
+def recurrent_gated_delta_rule(q, k, v, g, beta, *, scale: float | None = None,
+                               lengths: Sequence[int] | None = None) -> torch.Tensor:
+    """Token-by-token reference form (O(T) sequential steps); the state restarts at each sequence start."""
     out_dtype = v.dtype
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    q, k, v, g, beta = _to_heads_first(q, k, v, g, beta)
-    batch, heads, length, dk = k.shape
+    batch, length, heads, dk = k.shape
+    starts = set(torch.tensor([0, *sequence_lengths(batch, length, lengths)]).cumsum(0)[:-1].tolist())
+    q, k, v, g, beta = (t.transpose(1, 2).float() for t in (q, k, v, g, beta))
     state = q.new_zeros(batch, heads, dk, v.shape[-1])
     outputs = []
     for t in range(length):
+        if t in starts:
+            state = torch.zeros_like(state)
         state = state * g[:, :, t].exp()[..., None, None]
         k_t = k[:, :, t]
         u = beta[:, :, t, None] * (v[:, :, t] - (k_t.unsqueeze(-1) * state).sum(-2))
@@ -66,24 +87,54 @@ def recurrent_gated_delta_rule(q, k, v, g, beta, *, scale: float | None = None) 
     return torch.stack(outputs, dim=1).to(out_dtype)
 
 
-def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, scale: float | None = None):
+@dataclass(frozen=True)
+class _ChunkLayout:
+    """Where every token goes in the step-major chunk layout ``[chunks, C]`` (see the module docstring).
+
+    Step ``i`` of the recurrence handles chunk ``i`` of the ``active[i]`` sequences that have one; their chunks
+    are the consecutive rows ``offsets[i] : offsets[i] + active[i]``, longest sequences first.
+    """
+
+    slots: torch.Tensor  # [B * T] position of each token in the flattened layout
+    offsets: list[int]
+    active: list[int]
+
+    @property
+    def num_chunks(self) -> int:
+        return self.offsets[-1] + self.active[-1]
+
+    @classmethod
+    def build(cls, lengths: list[int], chunk_size: int, device: torch.device) -> _ChunkLayout:
+        counts = torch.tensor([-(-n // chunk_size) for n in lengths])
+        order = torch.argsort(counts, descending=True, stable=True)
+        rank = torch.empty_like(order).scatter_(0, order, torch.arange(len(lengths)))
+        steps = torch.arange(int(counts.max()))
+        active = (counts[None, :] > steps[:, None]).sum(1)
+        offsets = active.cumsum(0) - active
+        seq = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        position = torch.arange(len(seq)) - (torch.tensor(lengths).cumsum(0) - torch.tensor(lengths))[seq]
+        chunk_row = offsets[position // chunk_size] + rank[seq]
+        slots = chunk_row * chunk_size + position % chunk_size
+        return cls(slots.to(device), offsets.tolist(), active.tolist())
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, scale: float | None = None,
+                           lengths: Sequence[int] | None = None) -> torch.Tensor:
     """Chunked form (see the module docstring); equal to the recurrent form up to float rounding."""
     out_dtype = v.dtype
-    length = q.shape[1]
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    q, k, v, g, beta = _to_heads_first(q, k, v, g, beta)
-    pad = (-length) % chunk_size
-    if pad:
-        q, k, v = (torch.nn.functional.pad(t, (0, 0, 0, pad)) for t in (q, k, v))
-        g, beta = (torch.nn.functional.pad(t, (0, pad)) for t in (g, beta))
-    batch, heads, padded, dk = k.shape
+    batch, length, heads, dk = k.shape
     dv = v.shape[-1]
-    n = padded // chunk_size
-    q = (q * scale).view(batch, heads, n, chunk_size, dk)
-    k = k.view(batch, heads, n, chunk_size, dk)
-    v = v.view(batch, heads, n, chunk_size, dv)
-    beta = beta.view(batch, heads, n, chunk_size)
-    gamma = g.view(batch, heads, n, chunk_size).cumsum(-1)
+    scale = dk ** -0.5 if scale is None else scale
+    layout = _ChunkLayout.build(sequence_lengths(batch, length, lengths), chunk_size, v.device)
+    n = layout.num_chunks
+
+    def chunked(t: torch.Tensor) -> torch.Tensor:  # [B, T, H, ...] -> [n, H, C, ...], zeros in the gaps
+        flat = t.reshape(batch * length, *t.shape[2:]).float()
+        out = flat.new_zeros(n * chunk_size, *flat.shape[1:]).index_copy(0, layout.slots, flat)
+        return out.view(n, chunk_size, *flat.shape[1:]).transpose(1, 2)
+
+    q, k, v, g, beta = chunked(q) * scale, chunked(k), chunked(v), chunked(g), chunked(beta)
+    gamma = g.cumsum(-1)
 
     lower = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
     decay = torch.where(lower, gamma.unsqueeze(-1) - gamma.unsqueeze(-2), float("-inf")).exp()
@@ -98,14 +149,16 @@ def chunk_gated_delta_rule(q, k, v, g, beta, *, chunk_size: int = 64, scale: flo
     k_to_end = k * (gamma[..., -1:] - gamma).exp().unsqueeze(-1)
     chunk_decay = gamma[..., -1].exp()[..., None, None]
 
-    state = q.new_zeros(batch, heads, dk, dv)
+    state = q.new_zeros(layout.active[0], heads, dk, dv)
     outputs = []
-    for i in range(n):
-        u = w_v[:, :, i] - w_k[:, :, i] @ state
-        outputs.append(q_decayed[:, :, i] @ state + qk[:, :, i] @ u)
-        state = state * chunk_decay[:, :, i] + k_to_end[:, :, i].transpose(-1, -2) @ u
-    out = torch.stack(outputs, dim=2).reshape(batch, heads, padded, dv)[:, :, :length]
-    return out.transpose(1, 2).to(out_dtype)
+    for start, count in zip(layout.offsets, layout.active, strict=True):
+        rows = slice(start, start + count)
+        state = state[:count]  # sequences without a chunk at this step (the shortest) are done
+        u = w_v[rows] - w_k[rows] @ state
+        outputs.append(q_decayed[rows] @ state + qk[rows] @ u)
+        state = state * chunk_decay[rows] + k_to_end[rows].transpose(-1, -2) @ u
+    out = torch.cat(outputs).transpose(1, 2).reshape(n * chunk_size, heads, dv)
+    return out.index_select(0, layout.slots).view(batch, length, heads, dv).to(out_dtype)
 
 
 @functools.cache
@@ -152,11 +205,13 @@ def _warn_fla_backward_once() -> None:
     )
 
 
-def gated_delta_rule(q, k, v, g, beta, *, backend: str = "auto", chunk_size: int = 64) -> torch.Tensor:
+def gated_delta_rule(q, k, v, g, beta, *, backend: str = "auto", chunk_size: int = 64,
+                     lengths: Sequence[int] | None = None) -> torch.Tensor:
     """Gated delta rule over raw q/k (L2-normalised here) with ``nk`` heads and v with ``nv`` heads.
 
     ``q, k [B, T, nk, dk]``, ``v [B, T, nv, dv]``, ``g, beta [B, T, nv]``; value head ``j`` reads q/k
-    head ``j // (nv // nk)``. Returns ``[B, T, nv, dv]`` in v's dtype.
+    head ``j // (nv // nk)``. ``lengths``: sequences packed along T (``B == 1``; FLA gets them as
+    ``cu_seqlens``); None: every row is one sequence. Returns ``[B, T, nv, dv]`` in v's dtype.
     """
     repeat = v.shape[2] // q.shape[2]
     q, k = l2norm(q), l2norm(k)
@@ -164,8 +219,13 @@ def gated_delta_rule(q, k, v, g, beta, *, backend: str = "auto", chunk_size: int
         q, k = q.repeat_interleave(repeat, dim=2), k.repeat_interleave(repeat, dim=2)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, g, beta))
     if resolve_backend(backend, device=v.device, needs_grad=needs_grad) == "fla":
+        cu_seqlens = None
+        if lengths is not None:
+            lengths = sequence_lengths(v.shape[0], v.shape[1], lengths)
+            cu_seqlens = torch.tensor([0, *lengths], device=v.device).cumsum(0)
         q, k, v = (t.to(v.dtype).contiguous() for t in (q, k, v))
         g, beta = g.float().contiguous(), beta.to(v.dtype).contiguous()
-        out, _ = _fla_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=False)
+        out, _ = _fla_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, output_final_state=False,
+                                             cu_seqlens=cu_seqlens)
         return out.to(v.dtype)
-    return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size)
+    return chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=chunk_size, lengths=lengths)

@@ -12,6 +12,8 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from dnmopd.student.model import packed_lengths
+
 
 def _param_device(config: TransformerConfig) -> torch.device:
     if config.use_cpu_initialization or not torch.cuda.is_available():
@@ -48,9 +50,12 @@ class TorchSDPAttention(MegatronModule):
     """Causal core attention through ``torch.nn.functional.scaled_dot_product_attention``.
 
     Input ``query [sq, b, np, hn]``, ``key``/``value [sk, b, ng, hn]`` (grouped-query heads are shared
-    by consecutive query heads, as in megatron and Hugging Face); output ``[sq, b, np * hn]``. Uses the
-    flash/memory-efficient kernels on GPU and the math kernel on CPU. Only causal self-attention over
-    right-padded batches (no explicit mask, no packed sequences, no context parallelism) is supported.
+    by consecutive query heads, as in megatron and Hugging Face); output ``[sq, b, np * hn]``. Packed
+    sequences (THD, ``packed_seq_params``): ``query [t, np, hn]``, ``key``/``value [t, ng, hn]``, output
+    ``[t, np * hn]``, each sequence attending causally to itself only (one SDPA call per sequence, so no
+    ``[t, t]`` mask exists). Uses the flash/memory-efficient kernels on GPU and the math kernel on CPU.
+    Only causal self-attention over right-padded or packed batches (no explicit mask, no context
+    parallelism) is supported.
     """
 
     def __init__(
@@ -82,11 +87,16 @@ class TorchSDPAttention(MegatronModule):
         attention_bias: torch.Tensor | None = None,
         packed_seq_params=None,
     ) -> torch.Tensor:
-        if attention_mask is not None or attention_bias is not None or packed_seq_params is not None:
+        if attention_mask is not None or attention_bias is not None:
             raise NotImplementedError(
-                "the student attends causally over right-padded batches: pass attention_mask=None "
-                "and no packed sequences"
+                "the student attends causally over right-padded or packed batches: pass attention_mask=None"
             )
+        if packed_seq_params is not None:
+            pieces = zip(*(t.split(packed_lengths(packed_seq_params)) for t in (query, key, value)), strict=True)
+            return torch.cat([self._causal(*(t.unsqueeze(1) for t in piece)).squeeze(1) for piece in pieces])
+        return self._causal(query, key, value)
+
+    def _causal(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, heads, s, hn]
         out = F.scaled_dot_product_attention(
             q,

@@ -188,7 +188,12 @@ class TrainConfig:
     """Optimizer steps per rollout batch (1: ratio == 1, no old-log-prob forward; >1: PPO epochs over
     equal slices of the batch with old log-probs computed once)."""
     micro_batch_tokens: int = 16384
-    """Padded tokens (sequences x longest sequence) per forward/backward micro-batch."""
+    """Tokens per forward/backward micro-batch (a longer sequence gets one alone): packed, the sum of the packed
+    sequences' lengths; padded, sequences x longest sequence."""
+    packing: bool = True
+    """Pack each micro-batch's sequences into one row (THD, no padding computed), balancing the micro-batches'
+    token counts; false: right-padded micro-batches (longest first; with pipeline parallelism every micro-batch
+    padded to the batch's longest sequence)."""
     logit_chunk_tokens: int | None = None
     """Tokens per chunk of the fused LM-head kernel (None: sized by the kernel)."""
 

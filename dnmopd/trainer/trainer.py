@@ -78,7 +78,8 @@ class Trainer:
         self.mode = mode_class(self)
         steps = config.train.updates * config.train.optimizer_steps_per_update
         self.optimization = build_optimization(self.student, config.optimizer, steps)
-        self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens)
+        self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens,
+                                      packing=config.train.packing)
         self.start_update = self._resume()
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)

@@ -1,9 +1,12 @@
 """The student's forward and backward through megatron's pipeline schedules, with the fused LM-head losses.
 
-The last pipeline stage stops at the final hidden states; only the positions that predict response tokens
-are gathered, passed through megatron's `copy_to_tensor_model_parallel_region` (so grad_hidden, a partial sum
-over this rank's vocab shard, is all-reduced over TP exactly once) and into a fused kernel together with
-this rank's shard of the output weight. No [tokens, vocab] logits exist.
+Micro-batches are packed (THD: each one's sequences back to back in one row, so no padding token is computed;
+pipeline stages exchange tensors of each micro-batch's own length through megatron's `variable_seq_lengths`)
+unless `packing` is off, which keeps the right-padded micro-batches. The last pipeline stage stops at the final
+hidden states; only the positions that predict response tokens are gathered, passed through megatron's
+`copy_to_tensor_model_parallel_region` (so grad_hidden, a partial sum over this rank's vocab shard, is
+all-reduced over TP exactly once) and into a fused kernel together with this rank's shard of the output weight.
+No [tokens, vocab] logits exist.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.batch import MicroBatch, TrainBatch
 from dnmopd.trainer.collectives import all_reduce_sum
 
 
@@ -27,30 +30,45 @@ class TokenView:
     targets: torch.Tensor  # [N] token ids
 
 
-def response_tokens(batch: TrainBatch, hidden: torch.Tensor, tp_group) -> TokenView:
+def response_tokens(mb: MicroBatch, hidden: torch.Tensor, tp_group) -> TokenView:
     from megatron.core.tensor_parallel import copy_to_tensor_model_parallel_region
 
-    batch = batch.to(hidden.device)
+    batch = mb.batch.to(hidden.device)
     rows, cols = batch.response_mask.nonzero(as_tuple=True)
     positions = batch.prompt_lens[rows] + cols
-    selected = hidden[rows, positions - 1]
+    selected = hidden[mb.locate(rows, positions - 1)]
     if tp_group is not None and tp_group.size() > 1:
         selected = copy_to_tensor_model_parallel_region(selected, group=tp_group)
     return TokenView(selected, rows, cols, batch.tokens[rows, positions])
 
 
+def split_micro_batches(batch: TrainBatch, max_tokens: int, *, packing: bool, pipeline: int = 1,
+                        interleaved: bool = False) -> list[MicroBatch]:
+    """The micro-batches the student runs `batch` in: packed, or padded (to the batch's longest row for every
+    micro-batch when pipelined: one shape between stages); a multiple of the stages for the interleaved schedule."""
+    multiple_of = pipeline if interleaved else 1
+    if packing:
+        return batch.packed_micro_batches(max_tokens, multiple_of=multiple_of)
+    return batch.padded_micro_batches(max_tokens, uniform=pipeline > 1, multiple_of=multiple_of)
+
+
 class StudentForward:
     """Runs micro-batches of a TrainBatch through the student and a per-micro-batch loss on the last stage."""
 
-    def __init__(self, student, model: list, micro_batch_tokens: int):
+    def __init__(self, student, model: list, micro_batch_tokens: int, *, packing: bool = True):
         self.student = student
         self.model = model  # the chunks the schedule runs (DDP-wrapped when training)
         self.micro_batch_tokens = micro_batch_tokens
+        self.packing = packing
         self.dims = student.dims
 
     @property
     def output_chunk(self):
         return self.student.chunks[-1]
+
+    def micro_batches(self, batch: TrainBatch) -> list[MicroBatch]:
+        return split_micro_batches(batch, self.micro_batch_tokens, packing=self.packing,
+                                   pipeline=self.dims.pp_size, interleaved=len(self.model) > 1)
 
     def run(self, batch: TrainBatch, loss_fn: Callable[[TrainBatch, TokenView], tuple], *,
             forward_only: bool) -> list:
@@ -58,33 +76,35 @@ class StudentForward:
         every micro-batch (last stage only; empty elsewhere), with `rows` mapped back to rows of `batch`."""
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        from dnmopd.student.model import PackedSequences
+
         num_chunks = len(self.model)
-        pipelined = self.dims.pp_size > 1
-        micro = batch.micro_batches(self.micro_batch_tokens, uniform=pipelined,
-                                    multiple_of=self.dims.pp_size if num_chunks > 1 else 1)
+        micro = self.micro_batches(batch)
         device = next(self.student.chunks[0].parameters()).device
         tp_group = self.dims.pg.tp
 
         def forward_step(data_iterator, model):
-            index, mb = next(data_iterator)
-            output = model(mb.tokens.to(device), return_hidden_states=True)
+            mb = next(data_iterator)
+            packed = PackedSequences.from_lengths(mb.lengths, device) if mb.packed else None
+            output = model(mb.input_ids().to(device), packed=packed, return_hidden_states=True)
 
             def loss_func(hidden, non_loss_data=False):
-                loss, metrics = loss_fn(mb, response_tokens(mb, hidden, tp_group))
-                metrics["rows"] = index.to(metrics["rows"].device)[metrics["rows"]]
+                loss, metrics = loss_fn(mb.batch, response_tokens(mb, hidden, tp_group))
+                metrics["rows"] = mb.index.to(metrics["rows"].device)[metrics["rows"]]
                 return loss, torch.ones((), dtype=torch.int, device=loss.device), metrics
 
             return output, loss_func
 
         iterators = [iter(micro) for _ in range(num_chunks)]
         schedule = get_forward_backward_func()
+        first_shape = micro[0].input_ids().shape
         return schedule(
             forward_step_func=forward_step,
             data_iterator=iterators if num_chunks > 1 else iterators[0],
             model=self.model if num_chunks > 1 else self.model[0],
             num_microbatches=len(micro),
-            seq_length=micro[0][1].tokens.shape[1],
-            micro_batch_size=micro[0][1].size,
+            seq_length=first_shape[1],  # with variable_seq_lengths, only a hint: stages exchange each shape
+            micro_batch_size=first_shape[0],
             forward_only=forward_only,
         )
 

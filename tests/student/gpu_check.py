@@ -1,4 +1,5 @@
-"""Student checks on one CUDA GPU, in one run: megatron vs Hugging Face logits/gradients, FLA vs torch GDN.
+"""Student checks on one CUDA GPU, in one run: megatron vs Hugging Face logits/gradients, FLA vs torch GDN,
+packed (THD) vs padded sequences through every layer backend (torch/FLA GDN, local/Transformer Engine attention).
 
     PYTHONPATH=. python tests/student/gpu_check.py --out "$OUT"     # from the repository root
 
@@ -138,6 +139,95 @@ def check_checkpoint_and_release(paths, work: Path, ids, device) -> None:
     dims.destroy()
 
 
+PACKED_LENGTHS = [130, 5, 64, 1, 200]  # sequences crossing the 64-token GDN chunks, one of exactly 64, one token
+PACKED_TOLERANCE = {"float32": (1e-4, 1e-3), "bfloat16": (5e-2, 2e-1)}  # (hidden, gradients), relative to the max
+
+
+def _rel(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item()
+
+
+def _packed_and_padded(model, lengths, device) -> dict:
+    """Final hidden states of the real tokens and parameter gradients of a fixed projection, padded vs packed."""
+    from dnmopd.student import PackedSequences
+
+    gen = torch.Generator().manual_seed(7)
+    sequences = [torch.randint(0, VOCAB, (n,), generator=gen) for n in lengths]
+    direction = torch.randn(model.config.hidden_size, generator=gen).to(device)
+    model.train()
+    out = {}
+    for layout in ("padded", "packed"):
+        model.zero_grad(set_to_none=True)
+        if layout == "padded":
+            hidden = model(torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True).to(device),
+                           return_hidden_states=True)
+            real = torch.cat([hidden[i, :n] for i, n in enumerate(lengths)])
+        else:
+            packed = PackedSequences.from_lengths(lengths, device)
+            real = model(torch.cat(sequences)[None].to(device), packed=packed, return_hidden_states=True)[0]
+        (real.float() @ direction).sum().backward()
+        grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+        out[layout] = (real.detach().float(), grads)  # (an untied LM head gets no gradient from this loss)
+    return out
+
+
+def check_packing(paths, device) -> None:
+    """Packed vs padded through each layer backend: TE's THD attention and FLA's cu_seqlens where installed."""
+    from dnmopd.student import BuildOptions, ParallelDims, Student
+    from dnmopd.student.gated_delta_rule import HAVE_FLA
+    from dnmopd.student.specs import HAVE_TE
+
+    cuda = device.type == "cuda"
+    variants = [("float32", "local", "torch"), ("bfloat16", "local", "torch")]
+    variants += [("bfloat16", "local", "fla")] if HAVE_FLA and cuda else []
+    variants += [("bfloat16", "transformer_engine", "fla" if HAVE_FLA else "torch")] if HAVE_TE and cuda else []
+    for name in ("qwen3_5", "qwen3"):
+        reference = None
+        for dtype, impl, backend in variants:
+            if name == "qwen3" and backend == "fla":
+                continue
+            label = f"{name} packed, {dtype}/{impl}/gdn={backend}"
+            dims = ParallelDims.Config().build()
+            try:
+                options = BuildOptions(dtype=dtype, transformer_impl=impl, gdn_backend=backend)
+                out = _packed_and_padded(Student.from_hf(paths[name], dims, options).chunks[0], PACKED_LENGTHS,
+                                         device)
+            finally:
+                dims.destroy()
+            reference = reference or out["padded"]  # float32, local attention, torch GDN, right-padded
+            hidden_limit, grad_limit = PACKED_TOLERANCE[dtype]
+            record(f"{label}: hidden vs padded (rel)", _rel(out["packed"][0], out["padded"][0]), hidden_limit)
+            # informational: bfloat16 weights and activations alone move a random tiny model's states by ~0.2
+            record(f"{label}: hidden vs float32 padded reference (rel)", _rel(out["packed"][0], reference[0]),
+                   required=False)
+            grads = out["packed"][1]
+            worst = max(_rel(grads[n], g) for n, g in out["padded"][1].items())
+            record(f"{label}: gradients vs padded (worst rel)", worst, grad_limit, required=dtype == "float32")
+
+
+def check_fla_varlen(device) -> None:
+    """FLA's gated delta rule with cu_seqlens vs the pure-torch chunked form with the same packed sequences."""
+    from dnmopd.student.gated_delta_rule import HAVE_FLA, gated_delta_rule
+
+    if not (HAVE_FLA and device.type == "cuda"):
+        return
+    gen = torch.Generator(device=device).manual_seed(3)
+    total = sum(PACKED_LENGTHS)
+    q, k = (torch.randn(1, total, 4, 64, device=device, generator=gen) for _ in range(2))
+    v = torch.randn(1, total, 8, 64, device=device, generator=gen)
+    g, beta = (torch.rand(1, total, 8, device=device, generator=gen) for _ in range(2))
+    g = -g
+    bf16 = [t.to(torch.bfloat16) for t in (q, k, v)]
+    with torch.no_grad():
+        reference = gated_delta_rule(q, k, v, g, beta, backend="torch", lengths=PACKED_LENGTHS).float()
+        fla = gated_delta_rule(*bf16, g, beta.to(torch.bfloat16), backend="fla", lengths=PACKED_LENGTHS).float()
+        unreset = gated_delta_rule(*bf16, g, beta.to(torch.bfloat16), backend="fla").float()
+    diff = (fla - reference).abs().max().item()
+    record("GDN FLA cu_seqlens vs torch packed, max abs diff", diff, 5e-2)
+    record("GDN FLA without cu_seqlens differs (state carried across sequences)",
+           (unreset - reference).abs().max().item(), ok=(unreset - reference).abs().max().item() > 10 * diff)
+
+
 def benchmark_gdn(device) -> None:
     from dnmopd.student.gated_delta_rule import HAVE_FLA, gated_delta_rule
 
@@ -209,6 +299,8 @@ def main() -> int:
         lambda: check_model(paths, refs, ids, weights, device),
         lambda: check_fla_backward_refusal(paths["qwen3_5"], ids, device),
         lambda: check_checkpoint_and_release(paths, work, ids, device),
+        lambda: check_packing(paths, device),
+        lambda: check_fla_varlen(device),
         lambda: benchmark_gdn(device),
     ):
         try:

@@ -1,4 +1,5 @@
-"""Gated delta rule: chunked form vs recurrent form vs Hugging Face's reference, values and gradients."""
+"""Gated delta rule: chunked form vs recurrent form vs Hugging Face's reference, values and gradients; packed
+sequences vs each sequence on its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from dnmopd.student.gated_delta_rule import (
     recurrent_gated_delta_rule,
     resolve_backend,
 )
+
+# packed sequences: one token, exactly one and two 64-token chunks, chunk-crossing and short ones
+LENGTHS = [5, 64, 1, 130, 33, 128, 2]
 
 
 def _inputs(batch=2, length=77, heads=3, dk=16, dv=8, seed=0, requires_grad=False):
@@ -80,3 +84,60 @@ def test_backend_selection_on_cpu():
         resolve_backend("fla", device=cpu, needs_grad=False)
     with pytest.raises(ValueError, match="gdn backend"):
         resolve_backend("cuda", device=cpu, needs_grad=False)
+
+
+def _each_alone(fn, tensors, lengths):
+    """fn on every sequence of the packed tensors separately, concatenated back along T."""
+    pieces = zip(*(t.split(lengths, dim=1) for t in tensors), strict=True)
+    return torch.cat([fn(*piece) for piece in pieces], dim=1)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 16, 64])
+def test_packed_sequences_restart_the_state(chunk_size):
+    tensors = _inputs(batch=1, length=sum(LENGTHS), seed=3)
+    expected = _each_alone(recurrent_gated_delta_rule, tensors, LENGTHS)
+    chunked = chunk_gated_delta_rule(*tensors, chunk_size=chunk_size, lengths=LENGTHS)
+    recurrent = recurrent_gated_delta_rule(*tensors, lengths=LENGTHS)
+    torch.testing.assert_close(recurrent, expected, rtol=0, atol=0)
+    torch.testing.assert_close(chunked, expected, rtol=0, atol=2e-6)
+    # without the restart every sequence after the first would see its predecessors' state
+    assert (chunk_gated_delta_rule(*tensors, chunk_size=chunk_size) - expected).abs().max() > 1e-2
+
+
+def test_packed_gradients_equal_each_sequence_alone():
+    lengths = [40, 3, 70]
+    tensors = _inputs(batch=1, length=sum(lengths), seed=4, requires_grad=True)
+    weights = torch.randn(tensors[2].shape, generator=torch.Generator().manual_seed(1))
+    packed = torch.autograd.grad((chunk_gated_delta_rule(*tensors, chunk_size=16, lengths=lengths) * weights).sum(),
+                                 tensors)
+    alone = torch.autograd.grad((_each_alone(recurrent_gated_delta_rule, tensors, lengths) * weights).sum(), tensors)
+    for got, expected in zip(packed, alone, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=5e-6)
+
+
+def test_packed_entry_point_matches_padded_rows():
+    """``gated_delta_rule`` (grouped heads) on a packed row equals it on right-padded rows, row by row."""
+    lengths = [70, 9, 64]
+    gen = torch.Generator().manual_seed(5)
+    q, k = torch.randn(1, sum(lengths), 2, 16, generator=gen), torch.randn(1, sum(lengths), 2, 16, generator=gen)
+    v = torch.randn(1, sum(lengths), 4, 8, generator=gen)
+    g, beta = -2 * torch.rand(1, sum(lengths), 4, generator=gen), torch.rand(1, sum(lengths), 4, generator=gen)
+    packed = gated_delta_rule(q, k, v, g, beta, backend="torch", lengths=lengths)
+    starts = torch.tensor([0, *lengths]).cumsum(0)[:-1].tolist()
+
+    def rows(t):  # [1, T, ...] -> right-padded [sequences, longest, ...]
+        pieces = [t[0, start:start + n] for start, n in zip(starts, lengths, strict=True)]
+        return torch.nn.utils.rnn.pad_sequence(pieces, batch_first=True)
+
+    out = gated_delta_rule(*(rows(t) for t in (q, k, v, g, beta)), backend="torch")
+    expected = torch.cat([out[i, :n] for i, n in enumerate(lengths)])[None]
+    torch.testing.assert_close(packed, expected, rtol=0, atol=2e-6)
+
+
+def test_packed_lengths_must_cover_one_row():
+    tensors = _inputs(batch=1, length=10)
+    for lengths in ([4, 5], [10, 0], [11]):
+        with pytest.raises(ValueError, match="packed sequence lengths"):
+            chunk_gated_delta_rule(*tensors, lengths=lengths)
+    with pytest.raises(ValueError, match="single row"):
+        chunk_gated_delta_rule(*_inputs(batch=2, length=5), lengths=[5, 5])
