@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -27,7 +28,12 @@ import torch.distributed as dist
 # fused OPD step at 1.062x the 3-GEMM floor against 1.086x for 1024-token chunks, so the budget is as large
 # as the 1 GiB target allows: 2048 rows at V_local = 248,320, 16,384 rows at V_local = 31,040.
 DEFAULT_CHUNK_BYTES = 976 * 2**20
-NATIVE_CHUNK_BYTES = DEFAULT_CHUNK_BYTES
+# The native path's budget. Its passes add about two float32 temporaries of the chunk's size. Measured on
+# 2 shared CPU cores (docs/benchmarks.md), 4096 x 1024 x 32000 float32: chunks of 128 to 4096 rows took the
+# same time within the noise, and the peak extra memory grows with the chunk (0.09 GiB at 256 rows, 0.36 at
+# 1024, 1.33 at 4096, as much as plain torch), so the budget is small: 512 rows at V_local = 32,000, one
+# chunk for the demo's 1,024-row head.
+NATIVE_CHUNK_BYTES = 64 * 2**20
 
 # Which implementation of the per-row passes runs: "auto" (Triton on CUDA tensors, native elsewhere),
 # "native" (plain torch on any device) or "triton" (any device; on CPU only under the Triton interpreter).
@@ -65,6 +71,27 @@ def vocab_block(n_cols: int) -> tuple[int, int]:
     """Block width over the vocab and warps per program for the row kernels."""
     block = min(4096, next_power_of_2(max(n_cols, 16)))
     return block, (8 if block >= 2048 else 4)
+
+
+@contextmanager
+def kernel_backend(name: str):
+    """Run the ops called inside on one backend (sets ``DNMOPD_KERNEL_BACKEND``; restores it on exit)."""
+    if name not in BACKENDS:
+        raise ValueError(f"kernel_backend: expected one of {', '.join(BACKENDS)}, got {name!r}")
+    previous = os.environ.get(BACKEND_ENV)
+    os.environ[BACKEND_ENV] = name
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(BACKEND_ENV, None)
+        else:
+            os.environ[BACKEND_ENV] = previous
+
+
+def chunk_budget(triton_path: bool) -> int:
+    """Default byte budget of one chunk's logits/gradient buffers on the Triton or the native path."""
+    return DEFAULT_CHUNK_BYTES if triton_path else NATIVE_CHUNK_BYTES
 
 
 def chunk_rows(n_rows: int, n_cols: int, bytes_per_elem: int, chunk_size: int | None,
@@ -204,8 +231,7 @@ class ChunkedHead:
         n, n_cols = hidden.shape[0], weight.shape[0]
         separate_grad = self.logits_dtype != weight.dtype
         elem = (1 + extra_logits) * self.logits_dtype.itemsize + (weight.itemsize if separate_grad else 0)
-        budget = DEFAULT_CHUNK_BYTES if triton_path else NATIVE_CHUNK_BYTES
-        self.rows = chunk_rows(n, n_cols, elem, chunk_size, budget)
+        self.rows = chunk_rows(n, n_cols, elem, chunk_size, chunk_budget(triton_path))
         alloc = min(self.rows, max(n, 1))
         self.buffers = [hidden.new_empty((alloc, n_cols), dtype=self.logits_dtype) for _ in range(1 + extra_logits)]
         self.grad_buffer = hidden.new_empty((alloc, n_cols), dtype=weight.dtype) if separate_grad else None

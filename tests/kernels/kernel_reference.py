@@ -1,8 +1,9 @@
-"""Float64 references for the fused kernels (full logits, written independently of the kernels), the switch
-between the two implementations of each op, and the tolerances the tests hold them to.
+"""Float64 references for the fused kernels (full logits, written independently of the kernels) and the
+tolerances the tests hold them to.
 
-Every op runs on both backends, ``native`` (plain torch) and ``triton`` (compiled on CUDA, the interpreter
-on CPU), on the same inputs. Tolerances, as ``||x - ref|| / ||ref||`` unless a test says otherwise:
+Every op runs on both backends (``dnmopd.kernels.utils.kernel_backend``), ``native`` (plain torch) and
+``triton`` (compiled on CUDA, the interpreter on CPU), on the same inputs. Tolerances, as
+``||x - ref|| / ||ref||`` unless a test says otherwise:
 
 - float32 inputs, either backend against float64: ``FLOAT64_TOL`` = 1e-5 (float32 logits, float32
   accumulation; measured up to about 1e-6).
@@ -17,31 +18,13 @@ on CPU), on the same inputs. Tolerances, as ``||x - ref|| / ||ref||`` unless a t
 
 from __future__ import annotations
 
-import os
-from contextlib import contextmanager
-
 import torch
-from dnmopd.kernels.utils import BACKEND_ENV
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 BACKENDS = ("native", "triton")
 FLOAT64_TOL = 1e-5
 BACKEND_TOL = 2e-6
 BACKEND_TOL_BF16 = 1e-2
-
-
-@contextmanager
-def kernel_backend(name: str):
-    """Run the ops inside on one backend (``DNMOPD_KERNEL_BACKEND``), restoring the previous choice."""
-    previous = os.environ.get(BACKEND_ENV)
-    os.environ[BACKEND_ENV] = name
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[BACKEND_ENV]
-        else:
-            os.environ[BACKEND_ENV] = previous
 
 
 def leaf64(t: torch.Tensor) -> torch.Tensor:

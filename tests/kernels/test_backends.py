@@ -16,13 +16,12 @@ from dnmopd.kernels import (
     opd_loss,
     reverse_kl,
 )
-from dnmopd.kernels.utils import BACKEND_ENV
+from dnmopd.kernels.utils import BACKEND_ENV, kernel_backend
 from kernel_reference import (
     BACKEND_TOL,
     BACKEND_TOL_BF16,
     DEVICE,
     FLOAT64_TOL,
-    kernel_backend,
     leaf64,
     logprob_entropy,
     random_head,

@@ -6,11 +6,11 @@ import torch
 import torch.distributed as dist
 from distributed import run_workers
 from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
+from dnmopd.kernels.utils import kernel_backend
 from kernel_reference import (
     BACKEND_TOL,
     BACKENDS,
     FLOAT64_TOL,
-    kernel_backend,
     leaf64,
     logprob_entropy,
     opd_loss,
