@@ -100,7 +100,7 @@ def _logprob_stats_native(logits: torch.Tensor, targets: torch.Tensor, vocab_sta
     n_cols = s.shape[1]
     m = s.amax(dim=1, keepdim=True)
     shifted = s - m
-    e = shifted.exp()
+    e = shifted.exp() if with_entropy else shifted.exp_()
     local = targets - vocab_start
     owned = (local >= 0) & (local < n_cols)
     target = s.gather(1, local.clamp(0, n_cols - 1)[:, None])[:, 0]
@@ -147,19 +147,19 @@ def _logprob_grad_kernel(
 def _logprob_grad_native(logits, grad_logits, targets, vocab_start, inv_temp, lse, g, target_grad, g_ent, mu):
     """``_logprob_grad_kernel`` in torch: dL/dz = -p (g + g_ent (s - mu)), target entry and inactive rows
     as there."""
-    s = scaled_float32(logits, inv_temp)
-    grad = (s - lse[:, None]).clamp_(max=0.0).exp_()
+    s = scaled_float32(logits, inv_temp, out=grad_logits)
     active = g != 0.0
-    if g_ent is None:
-        grad.mul_(-g[:, None])
-    else:
-        grad.mul_((s - mu[:, None]).mul_(g_ent[:, None]).add_(g[:, None])).neg_()
+    factor = -g[:, None]
+    if g_ent is not None:
+        factor = (s - mu[:, None]).mul_(g_ent[:, None]).add_(g[:, None]).neg_()
         active |= g_ent != 0.0
+    grad = s.sub_(lse[:, None]).clamp_(max=0.0).exp_().mul_(factor)
     local = targets - vocab_start
     owned = (local >= 0) & (local < s.shape[1])
     grad[owned, local[owned]] = target_grad[owned]
-    grad.masked_fill_(~active[:, None], 0.0)
-    grad_logits.copy_(grad)
+    grad[~active] = 0.0
+    if grad.data_ptr() != grad_logits.data_ptr():
+        grad_logits.copy_(grad)
 
 
 class LogprobStats(NamedTuple):
@@ -211,10 +211,10 @@ def merge_logprob_partials(gathered: torch.Tensor, with_entropy: bool) -> Logpro
     return LogprobStats(lse, logp, owned, entropy, m + mean_shift, (target - m) - mean_shift)
 
 
-def launch_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor,
-                        vocab_start: int, inv_temp: float, lse: torch.Tensor, g: torch.Tensor,
-                        target_grad: torch.Tensor, triton_path: bool, g_ent: torch.Tensor | None = None,
-                        mu: torch.Tensor | None = None) -> None:
+def write_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor,
+                       vocab_start: int, inv_temp: float, lse: torch.Tensor, g: torch.Tensor,
+                       target_grad: torch.Tensor, triton_path: bool, g_ent: torch.Tensor | None = None,
+                       mu: torch.Tensor | None = None) -> None:
     """dL/dlogits = -g p - g_ent p (s - mu), with ``target_grad`` at the target; g, g_ent already / tau."""
     if not triton_path:
         _logprob_grad_native(logits, grad_logits, targets, vocab_start, inv_temp, lse, g, target_grad, g_ent, mu)
@@ -243,8 +243,8 @@ def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torc
         target_grad = target_grad - g_ent * torch.exp(stats.logp) * stats.target_centered
         active |= g_ent != 0
     target_grad = torch.where(active, target_grad, 0.0)
-    launch_logprob_grad(logits, grad_logits, targets, vocab_start, inv_temp, stats.lse, g, target_grad, triton_path,
-                        g_ent, stats.mu)
+    write_logprob_grad(logits, grad_logits, targets, vocab_start, inv_temp, stats.lse, g, target_grad, triton_path,
+                       g_ent, stats.mu)
 
 
 def check_targets_owned(owned: torch.Tensor, mask: torch.Tensor | None, ids_bad: torch.Tensor | None = None):

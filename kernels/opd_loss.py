@@ -41,9 +41,9 @@ import triton.language as tl
 from .linear_logprob import (
     NEG_LARGE,
     check_targets_owned,
-    launch_logprob_grad,
     logprob_partials,
     merge_logprob_partials,
+    write_logprob_grad,
 )
 from .utils import ChunkedHead, check_lm_head_inputs, response_token_weights, scale_saved_grads, use_triton
 
@@ -206,8 +206,8 @@ class _FusedOPDLossFunction(torch.autograd.Function):
             loss += pg.sum()
             if need_hidden or need_weight:
                 grad_logits = head.grad_target(logits)
-                launch_logprob_grad(logits, grad_logits, targets[sl], vocab_start, 1.0 / temperature, lse, g,
-                                    target_grad, triton_path)
+                write_logprob_grad(logits, grad_logits, targets[sl], vocab_start, 1.0 / temperature, lse, g,
+                                   target_grad, triton_path)
                 head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         check_targets_owned(owned, inputs.mask, ids_bad)
         ctx.save_for_backward(grad_hidden, grad_weight)

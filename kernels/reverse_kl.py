@@ -122,12 +122,13 @@ def _rkl_grad_kernel(
 
 def _rkl_grad_native(student, teacher, grad_logits, lse_s, lse_t, kl, coef, inv_temp):
     """``_rkl_grad_kernel`` in torch: dL/dz = coef p (log p - log q - KL), zero rows where coef is 0."""
-    s, u = scaled_float32(student, inv_temp), scaled_float32(teacher, inv_temp)
-    log_p = s - lse_s[:, None]
+    s, u = scaled_float32(student, inv_temp, out=grad_logits), scaled_float32(teacher, inv_temp)
+    log_p = s.sub_(lse_s[:, None])
     diff = (log_p - u).add_((lse_t - kl)[:, None])
     grad = log_p.exp_().mul_(diff).mul_(coef[:, None])
-    grad.masked_fill_((coef == 0.0)[:, None], 0.0)
-    grad_logits.copy_(grad)
+    grad[coef == 0.0] = 0.0
+    if grad.data_ptr() != grad_logits.data_ptr():
+        grad_logits.copy_(grad)
 
 
 class ReverseKLOutput(NamedTuple):
@@ -149,7 +150,9 @@ def rkl_grad_(student, teacher, grad_logits, lse_s, lse_t, kl, coef, inv_temp, t
 
 def rkl_stats(student: torch.Tensor, teacher: torch.Tensor, temperature: float, tp_group, triton_path: bool):
     """Merged (lse_student, lse_teacher, kl) of one chunk; one all-gather over the TP group."""
-    if triton_path:
+    if not triton_path:
+        packed = _rkl_stats_native(student, teacher, 1.0 / temperature)
+    else:
         rows, n_cols = student.shape
         packed = torch.empty((rows, 5), dtype=torch.float32, device=student.device)
         block, warps = vocab_block(n_cols)
@@ -157,8 +160,6 @@ def rkl_stats(student: torch.Tensor, teacher: torch.Tensor, temperature: float, 
             student, student.stride(0), teacher, teacher.stride(0), packed, n_cols, 1.0 / temperature,
             BLOCK_V=block, num_warps=warps,
         )
-    else:
-        packed = _rkl_stats_native(student, teacher, 1.0 / temperature)
     gathered = gather_token_stats(packed, tp_group)
     m_s, l_s, scale_s = merge_max_sumexp(gathered[..., 0], gathered[..., 1])
     m_t, l_t, _ = merge_max_sumexp(gathered[..., 2], gathered[..., 3])

@@ -119,10 +119,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 _MM_HAS_OUT_DTYPE = hasattr(torch.ops.aten.mm, "dtype_out")
 
 
-def scaled_float32(logits: torch.Tensor, inv_temp: float) -> torch.Tensor:
-    """Logits as float32 times 1 / temperature, for the native passes (no copy for float32 at temperature 1)."""
-    logits = logits.to(torch.float32)
-    return logits if inv_temp == 1.0 else logits * inv_temp
+def scaled_float32(logits: torch.Tensor, inv_temp: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits as float32 times 1 / temperature, for the native passes (no copy for float32 at temperature 1).
+
+    With ``out`` (where the caller's result goes) the tensor returned is the caller's to overwrite: the logits
+    themselves only if ``out`` is them, else a copy."""
+    scaled = logits.to(torch.float32)
+    scaled = scaled if inv_temp == 1.0 else scaled * inv_temp
+    if out is not None and scaled.data_ptr() == logits.data_ptr() and out.data_ptr() != logits.data_ptr():
+        scaled = scaled.clone()
+    return scaled
 
 
 def accumulate_weight_grad(grad_weight: torch.Tensor, grad_logits: torch.Tensor, hidden: torch.Tensor,

@@ -52,12 +52,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also time N updates of the CPU demo on the native and the interpreter backend (default: off)")
     p.add_argument("--demo-set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for the demo runs, e.g. method.loss.kind=sampled_token (repeatable)")
+    p.add_argument("--demo-rounds", type=int, default=1,
+                   help="runs per backend, taking turns (native, triton, native, ...; default 1)")
     p.add_argument("--demo-only", action="store_true", help="skip the microbenchmark (with --demo-updates)")
     p.add_argument("--out", type=Path, default=Path("runs/bench_kernels"),
                    help="folder for bench_kernels.json / .md and bench_demo.md (default: runs/bench_kernels)")
     args = p.parse_args(argv)
     if args.repeats is not None and args.repeats < 1:
         p.error("--repeats must be >= 1")
+    if args.demo_rounds < 1:
+        p.error("--demo-rounds must be >= 1")
     if args.demo_updates < 0 or (args.demo_only and not args.demo_updates):
         p.error("--demo-updates must be >= 1 with --demo-only (and >= 0 otherwise)")
     if args.demo_updates and args.device != "cpu":
@@ -69,13 +73,14 @@ def run_demo(args) -> int:
     from dnmopd.kernels.benchmarks import demo
 
     try:
-        timings = demo.compare(REPO, args.out.resolve(), args.demo_updates, args.demo_set)
+        timings = demo.compare(REPO, args.out.resolve(), args.demo_updates, args.demo_set, args.demo_rounds)
     except (RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     overrides = " ".join(f"--set {item}" for item in args.demo_set)
-    table = (f"# Demo update time per kernel backend\n\n{args.demo_updates} updates of configs/demo_cpu.yaml "
-             f"{overrides}, load average {os.getloadavg()[0]:.1f}\n\n{demo.markdown(timings)}\n")
+    table = (f"# Demo update time per kernel backend\n\n{args.demo_rounds} x {args.demo_updates} updates per backend "
+             f"of configs/demo_cpu.yaml {overrides}, load average at the end {os.getloadavg()[0]:.1f}\n\n"
+             f"{demo.markdown(timings)}\n")
     path = args.out / "bench_demo.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(table)

@@ -86,3 +86,17 @@ def test_host_peak_memory_follows_live_tensors():
 def test_bad_arguments_exit_2(tmp_path, capsys, argv, message):
     assert _bench_main()(["--device", "cpu", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_demo_timing_leaves_each_runs_first_update_out_of_the_medians():
+    from dnmopd.kernels.benchmarks.demo import DemoTiming, markdown
+
+    native, triton = DemoTiming("native"), DemoTiming("triton")
+    runs = {"native": [[9.0, 2.0, 3.0], [8.0, 2.5, 2.0]], "triton": [[30.0, 20.0, 21.0], [25.0, 19.0, 22.0]]}
+    for timing in (native, triton):
+        for updates in runs[timing.backend]:
+            timing.add(DemoTiming(timing.backend, update_s=updates, train_s=[u / 2 for u in updates],
+                                  steady=[False, True, True], wall_s=[sum(updates)]))
+    assert native.median_update_s == 2.25 and triton.median_update_s == 20.5
+    table = markdown([native, triton])
+    assert "| triton | 20.50 | 10.25 | 9.11 | 9.11 | (30.00), 20.00, 21.00, (25.00), 19.00, 22.00 |" in table
