@@ -1,4 +1,4 @@
-"""Triton kernels over tensor-parallel vocab shards, installed as ``dnmopd.kernels``.
+"""Fused LM-head ops over tensor-parallel vocab shards, installed as ``dnmopd.kernels``.
 
 - ``fused_linear_logprob``: per-token log-prob (and entropy) of sampled tokens from hidden states and a
   vocab-sharded LM head, never materialising ``[N, V]`` logits.
@@ -8,6 +8,10 @@
 
 With ``tp_group`` each rank passes its contiguous vocab shard; ``grad_hidden`` is then this rank's partial
 sum, reduced exactly once by the caller's TP mapping (see ``linear_logprob``'s module docstring).
+
+Each op runs its passes over the logits as Triton kernels on CUDA tensors and as their native torch twins
+(same file) on any other device; ``DNMOPD_KERNEL_BACKEND`` (auto | native | triton) overrides the choice
+(``utils.use_triton``), ``utils.kernel_backend`` does so in a scope.
 """
 
 from .domain_stats import domain_stats

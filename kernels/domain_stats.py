@@ -8,8 +8,10 @@ For responses b (rows) of domain d = domain_ids[b] and valid tokens (mask true):
 in float64, the unit of exchange of ``dnmopd.core.statistics`` (rows: responses, tokens, sum, sumsq), equal
 to ``batch_statistics`` up to float64 rounding. ``_domain_stats_kernel`` reads each row once (one program
 per response), zeroes masked positions before the float64 conversion (so padding may hold NaN/inf), and
-counts non-finite values at valid positions; the per-row results are summed per domain by a float64
-one-hot matmul (deterministic, unlike atomics). A response with no valid token still counts as a response.
+counts non-finite values at valid positions; ``_domain_stats_native`` is its torch twin, run wherever
+``utils.use_triton`` says so (by default on every non-CUDA tensor). The per-row results are summed per domain
+by a float64 one-hot matmul (deterministic, unlike atomics). A response with no valid token still counts as
+a response.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .utils import next_power_of_2
+from .utils import next_power_of_2, use_triton
 
 
 @triton.jit
@@ -50,6 +52,16 @@ def _domain_stats_kernel(
     tl.store(nonfinite_ptr + row, nonfinite)
 
 
+def _domain_stats_native(log_ratio: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``_domain_stats_kernel`` in torch: per-row (1, count, sum, sumsq) float64 and non-finite counts."""
+    x = torch.where(valid, log_ratio, 0.0).to(torch.float64)
+    finite = torch.isfinite(x)
+    x = torch.where(finite, x, 0.0)
+    ones = torch.ones(x.shape[0], dtype=torch.float64, device=x.device)
+    row_stats = torch.stack([ones, valid.sum(dim=1).to(torch.float64), x.sum(dim=1), (x * x).sum(dim=1)], dim=1)
+    return row_stats, (~finite).sum(dim=1)
+
+
 def domain_stats(log_ratio: torch.Tensor, mask: torch.Tensor, domain_ids: torch.Tensor,
                  num_domains: int) -> torch.Tensor:
     """``(4, num_domains)`` float64 rows (responses, tokens, sum, sumsq) of ``log_ratio`` over valid tokens.
@@ -75,18 +87,21 @@ def domain_stats(log_ratio: torch.Tensor, mask: torch.Tensor, domain_ids: torch.
     if not log_ratio.is_floating_point():
         raise ValueError(f"log_ratio must be a float tensor, got {log_ratio.dtype}")
     device = log_ratio.device
-    row_stats = torch.zeros((rows, 4), dtype=torch.float64, device=device)
-    nonfinite = torch.zeros(rows, dtype=torch.int32, device=device)
-    if rows and n_cols:
-        log_ratio = log_ratio if log_ratio.stride(1) == 1 else log_ratio.contiguous()
-        mask_u8 = (mask if mask.dtype == torch.bool else mask != 0).contiguous().view(torch.uint8)
-        block = min(4096, next_power_of_2(n_cols))
-        _domain_stats_kernel[(rows,)](
-            log_ratio, log_ratio.stride(0), mask_u8, mask_u8.stride(0), row_stats, nonfinite, n_cols,
-            BLOCK_T=block, num_warps=4,
-        )
-    elif rows:
-        row_stats[:, 0] = 1.0
+    valid = mask if mask.dtype == torch.bool else mask != 0
+    if rows and n_cols and not use_triton(device):
+        row_stats, nonfinite = _domain_stats_native(log_ratio, valid)
+    else:
+        row_stats = torch.zeros((rows, 4), dtype=torch.float64, device=device)
+        row_stats[:, 0] = 1.0  # what the kernel writes first; all of it when T = 0
+        nonfinite = torch.zeros(rows, dtype=torch.int32, device=device)
+        if rows and n_cols:
+            log_ratio = log_ratio if log_ratio.stride(1) == 1 else log_ratio.contiguous()
+            mask_u8 = valid.contiguous().view(torch.uint8)
+            block = min(4096, next_power_of_2(n_cols))
+            _domain_stats_kernel[(rows,)](
+                log_ratio, log_ratio.stride(0), mask_u8, mask_u8.stride(0), row_stats, nonfinite, n_cols,
+                BLOCK_T=block, num_warps=4,
+            )
     bad_ids = ((domain_ids < 0) | (domain_ids >= num_domains)).any() if rows else None
     if rows and bool(bad_ids | (nonfinite != 0).any()):
         if bool(bad_ids):

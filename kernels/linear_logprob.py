@@ -21,6 +21,10 @@ Passes, per token chunk (logits of one chunk exist at a time, never [N, V]):
   4. (backward) ``_logprob_grad_kernel`` overwrites the logits with dL/dz, then two GEMMs give the
      hidden and weight gradients.
 
+Passes 2 and 4 have native twins, ``_logprob_stats_native`` and ``_logprob_grad_native`` (whole-row torch
+ops on the chunk, same packed stats and the same dL/dz), run wherever ``utils.use_triton`` says so: by
+default on every non-CUDA tensor. Steps 1 and 3 and all the per-token math are shared.
+
 Tensor parallelism and who reduces grad_hidden: each rank holds a contiguous vocab shard
 ``[vocab_start, vocab_start + V_local)`` and returns grad_hidden as its *partial* sum over that shard.
 The caller reduces it exactly once over the TP group, in the autograd op that produced ``hidden`` for
@@ -38,12 +42,12 @@ import triton
 import triton.language as tl
 
 from .utils import (
-    accumulate_weight_grad,
+    ChunkedHead,
     check_lm_head_inputs,
-    chunk_rows,
     gather_token_stats,
-    matmul,
     merge_max_sumexp,
+    scaled_float32,
+    use_triton,
     vocab_block,
 )
 
@@ -89,6 +93,23 @@ def _logprob_stats_kernel(
         tl.store(out + 4, ent)
 
 
+def _logprob_stats_native(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, inv_temp: float,
+                          with_entropy: bool) -> torch.Tensor:
+    """``_logprob_stats_kernel`` in torch: the same packed ``[C, k]`` stats, each row in one piece."""
+    s = scaled_float32(logits, inv_temp)
+    n_cols = s.shape[1]
+    m = s.amax(dim=1, keepdim=True)
+    shifted = s - m
+    e = shifted.exp() if with_entropy else shifted.exp_()
+    local = targets - vocab_start
+    owned = (local >= 0) & (local < n_cols)
+    target = s.gather(1, local.clamp(0, n_cols - 1)[:, None])[:, 0]
+    columns = [m[:, 0], e.sum(dim=1), torch.where(owned, target, 0.0), owned.to(torch.float32)]
+    if with_entropy:
+        columns.append(e.mul_(shifted).sum(dim=1))
+    return torch.stack(columns, dim=1)
+
+
 @triton.jit
 def _logprob_grad_kernel(
     logits_ptr, stride_row, grad_ptr, stride_grad_row, targets_ptr, lse_ptr, g_ptr, target_grad_ptr,
@@ -123,6 +144,24 @@ def _logprob_grad_kernel(
         tl.store(grad_row_ptr + cols, grad.to(grad_ptr.dtype.element_ty), mask=valid)
 
 
+def _logprob_grad_native(logits, grad_logits, targets, vocab_start, inv_temp, lse, g, target_grad, g_ent, mu):
+    """``_logprob_grad_kernel`` in torch: dL/dz = -p (g + g_ent (s - mu)), target entry and inactive rows
+    as there."""
+    s = scaled_float32(logits, inv_temp, out=grad_logits)
+    active = g != 0.0
+    factor = -g[:, None]
+    if g_ent is not None:
+        factor = (s - mu[:, None]).mul_(g_ent[:, None]).add_(g[:, None]).neg_()
+        active |= g_ent != 0.0
+    grad = s.sub_(lse[:, None]).clamp_(max=0.0).exp_().mul_(factor)
+    local = targets - vocab_start
+    owned = (local >= 0) & (local < s.shape[1])
+    grad[owned, local[owned]] = target_grad[owned]
+    grad[~active] = 0.0
+    if grad.data_ptr() != grad_logits.data_ptr():
+        grad_logits.copy_(grad)
+
+
 class LogprobStats(NamedTuple):
     """Merged per-token statistics of one chunk (identical on every TP rank)."""
 
@@ -138,8 +177,12 @@ class LogprobStats(NamedTuple):
 
 
 def logprob_partials(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
-                     with_entropy: bool, tp_group) -> torch.Tensor:
+                     with_entropy: bool, tp_group, triton_path: bool) -> torch.Tensor:
     """Per-rank packed stats of one logits chunk ``[C, V_local]``, all-gathered to ``[world, C, k]``."""
+    if not triton_path:
+        return gather_token_stats(
+            _logprob_stats_native(logits, targets, vocab_start, 1.0 / temperature, with_entropy), tp_group
+        )
     rows, n_cols = logits.shape
     num_stats = 5 if with_entropy else 4
     packed = torch.empty((rows, num_stats), dtype=torch.float32, device=logits.device)
@@ -151,10 +194,8 @@ def logprob_partials(logits: torch.Tensor, targets: torch.Tensor, vocab_start: i
     return gather_token_stats(packed, tp_group)
 
 
-def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, temperature: float,
-                  with_entropy: bool, tp_group) -> LogprobStats:
-    """Stats of one logits chunk ``[C, V_local]``, merged over the TP group (one all-gather)."""
-    gathered = logprob_partials(logits, targets, vocab_start, temperature, with_entropy, tp_group)
+def merge_logprob_partials(gathered: torch.Tensor, with_entropy: bool) -> LogprobStats:
+    """Merge the all-gathered ``[world, C, k]`` stats of one chunk (identically on every rank)."""
     m, sum_exp, scale = merge_max_sumexp(gathered[..., STAT_MAX], gathered[..., STAT_SUM])
     log_sum = torch.log(sum_exp)
     lse = m + log_sum
@@ -170,11 +211,14 @@ def logprob_stats(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
     return LogprobStats(lse, logp, owned, entropy, m + mean_shift, (target - m) - mean_shift)
 
 
-def launch_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor,
-                        vocab_start: int, inv_temp: float, lse: torch.Tensor, g: torch.Tensor,
-                        target_grad: torch.Tensor, g_ent: torch.Tensor | None = None,
-                        mu: torch.Tensor | None = None) -> None:
+def write_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor,
+                       vocab_start: int, inv_temp: float, lse: torch.Tensor, g: torch.Tensor,
+                       target_grad: torch.Tensor, triton_path: bool, g_ent: torch.Tensor | None = None,
+                       mu: torch.Tensor | None = None) -> None:
     """dL/dlogits = -g p - g_ent p (s - mu), with ``target_grad`` at the target; g, g_ent already / tau."""
+    if not triton_path:
+        _logprob_grad_native(logits, grad_logits, targets, vocab_start, inv_temp, lse, g, target_grad, g_ent, mu)
+        return
     rows, n_cols = logits.shape
     with_entropy = g_ent is not None
     block, warps = vocab_block(n_cols)
@@ -187,7 +231,7 @@ def launch_logprob_grad(logits: torch.Tensor, grad_logits: torch.Tensor, targets
 
 def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torch.Tensor, vocab_start: int,
                   temperature: float, stats: LogprobStats, grad_logp: torch.Tensor,
-                  grad_entropy: torch.Tensor | None = None) -> None:
+                  grad_entropy: torch.Tensor | None, triton_path: bool) -> None:
     """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``logits``) from upstream gradients."""
     inv_temp = 1.0 / temperature
     g = (grad_logp.to(torch.float32) * inv_temp).contiguous()
@@ -199,52 +243,8 @@ def logprob_grad_(logits: torch.Tensor, grad_logits: torch.Tensor, targets: torc
         target_grad = target_grad - g_ent * torch.exp(stats.logp) * stats.target_centered
         active |= g_ent != 0
     target_grad = torch.where(active, target_grad, 0.0)
-    launch_logprob_grad(logits, grad_logits, targets, vocab_start, inv_temp, stats.lse, g, target_grad, g_ent,
-                        stats.mu)
-
-
-class ChunkedHead:
-    """Token-chunk plan for one pass over a vocab shard, with reusable logits/gradient buffers."""
-
-    def __init__(self, hidden: torch.Tensor, weight: torch.Tensor, logits_dtype: torch.dtype | None,
-                 chunk_size: int | None, extra_logits: int = 0):
-        self.hidden, self.weight = hidden, weight
-        self.logits_dtype = logits_dtype or hidden.dtype
-        n, n_cols = hidden.shape[0], weight.shape[0]
-        separate_grad = self.logits_dtype != weight.dtype
-        elem = (1 + extra_logits) * self.logits_dtype.itemsize + (weight.itemsize if separate_grad else 0)
-        self.rows = chunk_rows(n, n_cols, elem, chunk_size)
-        alloc = min(self.rows, max(n, 1))
-        self.buffers = [hidden.new_empty((alloc, n_cols), dtype=self.logits_dtype) for _ in range(1 + extra_logits)]
-        self.grad_buffer = hidden.new_empty((alloc, n_cols), dtype=weight.dtype) if separate_grad else None
-
-    def chunks(self):
-        n = self.hidden.shape[0]
-        for start in range(0, n, self.rows):
-            yield start, min(start + self.rows, n)
-
-    def logits(self, start: int, end: int, hidden=None, weight=None, slot: int = 0) -> torch.Tensor:
-        hidden = self.hidden if hidden is None else hidden
-        weight = self.weight if weight is None else weight
-        return matmul(hidden[start:end], weight.t(), out=self.buffers[slot][: end - start])
-
-    def grad_target(self, logits: torch.Tensor) -> torch.Tensor:
-        """Where the kernel writes dL/dlogits: in place, or a buffer in the weight dtype for the GEMMs."""
-        return logits if self.grad_buffer is None else self.grad_buffer[: logits.shape[0]]
-
-    def new_grads(self, need_hidden: bool, need_weight: bool):
-        """Output gradients; the weight's starts at zero only when no chunk will write it (N = 0)."""
-        grad_hidden = torch.empty_like(self.hidden) if need_hidden else None
-        empty = self.hidden.shape[0] == 0
-        grad_weight = (torch.zeros_like if empty else torch.empty_like)(self.weight) if need_weight else None
-        return grad_hidden, grad_weight
-
-    def backprop(self, grad_logits: torch.Tensor, start: int, end: int, grad_hidden: torch.Tensor | None,
-                 grad_weight: torch.Tensor | None) -> None:
-        if grad_hidden is not None:
-            torch.mm(grad_logits, self.weight, out=grad_hidden[start:end])
-        if grad_weight is not None:
-            accumulate_weight_grad(grad_weight, grad_logits, self.hidden[start:end], first=start == 0)
+    write_logprob_grad(logits, grad_logits, targets, vocab_start, inv_temp, stats.lse, g, target_grad, triton_path,
+                       g_ent, stats.mu)
 
 
 def check_targets_owned(owned: torch.Tensor, mask: torch.Tensor | None, ids_bad: torch.Tensor | None = None):
@@ -275,39 +275,39 @@ class _LinearLogprobFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, vocab_start, temperature, with_entropy, tp_group, chunk_size,
-                logits_dtype):
-        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
+                logits_dtype, triton_path):
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size, triton_path)
         n = hidden.shape[0]
         fields = 6 if with_entropy else 3
         stats = LogprobStats(*(hidden.new_empty(n, dtype=torch.float32) for _ in range(fields)))
         for start, end in head.chunks():
-            chunk = logprob_stats(head.logits(start, end), targets[start:end], vocab_start, temperature,
-                                  with_entropy, tp_group)
-            for full, part in zip(stats, chunk, strict=True):
+            partials = logprob_partials(head.logits(start, end), targets[start:end], vocab_start, temperature,
+                                        with_entropy, tp_group, triton_path)
+            for full, part in zip(stats, merge_logprob_partials(partials, with_entropy), strict=True):
                 if full is not None:
                     full[start:end] = part
         check_targets_owned(stats.owned, None)
         ctx.save_for_backward(hidden, weight, targets, *stats)
-        ctx.config = (vocab_start, temperature, chunk_size, logits_dtype)
+        ctx.config = (vocab_start, temperature, chunk_size, logits_dtype, triton_path)
         return stats.logp, stats.entropy
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
         hidden, weight, targets, *saved = ctx.saved_tensors
         stats = LogprobStats(*saved)
-        vocab_start, temperature, chunk_size, logits_dtype = ctx.config
+        vocab_start, temperature, chunk_size, logits_dtype, triton_path = ctx.config
         if grad_logp is None:
             grad_logp = torch.zeros_like(stats.logp)
-        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size, triton_path)
         grad_hidden, grad_weight = head.new_grads(ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         for start, end in head.chunks():
             logits = head.logits(start, end)
             grad_logits = head.grad_target(logits)
             sl = slice(start, end)
             logprob_grad_(logits, grad_logits, targets[sl], vocab_start, temperature, stats.rows(sl),
-                          grad_logp[sl], None if grad_entropy is None else grad_entropy[sl])
+                          grad_logp[sl], None if grad_entropy is None else grad_entropy[sl], triton_path)
             head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
-        return grad_hidden, grad_weight, None, None, None, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None, None, None, None
 
 
 def fused_linear_logprob(
@@ -332,8 +332,8 @@ def fused_linear_logprob(
         temperature: logits are divided by it (sampling temperature of the rollout).
         return_entropy: also return the full-vocab entropy ``[N]`` (differentiable).
         tp_group: process group over which the vocab is sharded (None: unsharded).
-        chunk_size: tokens per chunk (default: sized so the chunk's buffers take < 1 GiB, see
-            ``utils.DEFAULT_CHUNK_BYTES``).
+        chunk_size: tokens per chunk (default: sized so the chunk's buffers take < 1 GiB on the Triton path,
+            ``utils.DEFAULT_CHUNK_BYTES``, and ``utils.NATIVE_CHUNK_BYTES`` on the native path).
         logits_dtype: dtype of the chunk's logits (default ``hidden.dtype``; float32 costs more memory
             traffic and avoids rounding logits to bf16).
 
@@ -344,6 +344,6 @@ def fused_linear_logprob(
     check_lm_head_inputs(hidden, weight, {"targets": targets}, temperature)
     logp, entropy = _LinearLogprobFunction.apply(
         hidden, weight, targets.contiguous(), int(vocab_start), float(temperature), bool(return_entropy),
-        tp_group, chunk_size, logits_dtype,
+        tp_group, chunk_size, logits_dtype, use_triton(hidden.device),
     )
     return (logp, entropy) if return_entropy else logp

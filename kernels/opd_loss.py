@@ -21,6 +21,10 @@ the dual clip binds. So the forward pass of each chunk goes on to write dL/dlogi
 (``linear_logprob._logprob_grad_kernel``) and to run the two gradient GEMMs: three GEMMs in all, and the
 backward only scales the stored gradients by the loss's upstream gradient.
 
+On the native path (``utils.use_triton``) the rows' statistics and dL/dlogits come from the native twins in
+``linear_logprob``, the merge from ``merge_logprob_partials`` and the per-token loss terms from
+``_opd_token_native``, the torch twin of ``_opd_token_kernel``.
+
 Without ``old_logp`` (one optimizer step per rollout) old_logp is this pass's own log-prob, detached:
 ratio == 1 exactly, no second forward. TP: as in ``linear_logprob`` (grad_hidden is this rank's partial sum,
 reduced once by the caller's TP mapping).
@@ -34,8 +38,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .linear_logprob import NEG_LARGE, ChunkedHead, check_targets_owned, launch_logprob_grad, logprob_partials
-from .utils import check_lm_head_inputs, response_token_weights, scale_saved_grads
+from .linear_logprob import (
+    NEG_LARGE,
+    check_targets_owned,
+    logprob_partials,
+    merge_logprob_partials,
+    write_logprob_grad,
+)
+from .utils import ChunkedHead, check_lm_head_inputs, response_token_weights, scale_saved_grads, use_triton
 
 TOKEN_BLOCK = 1024
 
@@ -129,8 +139,36 @@ class TokenBuffers:
         return self.lse[:n], self.g[:n], self.target_grad[:n], self.pg[:n]
 
 
-def opd_token_terms(partials, inputs: OPDTokenInputs, sl: slice, temperature: float, logp, owned, buffers):
-    """Launch the token kernel for one chunk; writes logp/owned rows and returns (lse, g, target_grad, pg)."""
+def _opd_token_native(partials, inputs: OPDTokenInputs, sl: slice, inv_temp: float, logp, owned):
+    """``_opd_token_kernel`` in torch, on the merge shared with ``fused_linear_logprob``."""
+    stats = merge_logprob_partials(partials, with_entropy=False)
+    logp[sl], owned[sl] = stats.logp, stats.owned
+    eps_low, eps_high, dual_clip = inputs.clip
+    valid = inputs.mask[sl]
+    old = stats.logp if inputs.old_logp is None else inputs.old_logp[sl]
+    raw = inputs.base[sl] - old if inputs.from_teacher else inputs.base[sl]
+    advantage = torch.where(valid, inputs.weight[sl] * raw, 0.0)
+    ratio = torch.exp(torch.where(valid, stats.logp - old, 0.0))
+    pg_unclipped = -ratio * advantage
+    pg_clipped = -ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * advantage
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    active = pg_unclipped >= pg_clipped
+    if dual_clip is not None:
+        cap = -dual_clip * advantage
+        capped = (advantage < 0.0) & (cap < pg)
+        pg = torch.where(capped, cap, pg)
+        active &= ~capped
+    coef = inputs.coef[sl]
+    g = torch.where(active, coef * pg_unclipped, 0.0) * inv_temp
+    target_grad = torch.where(g != 0.0, -g * torch.expm1(stats.logp), 0.0)
+    return stats.lse, g, target_grad, coef * pg
+
+
+def opd_token_terms(partials, inputs: OPDTokenInputs, sl: slice, temperature: float, logp, owned, buffers,
+                    triton_path: bool):
+    """The per-token loss terms of one chunk; writes logp/owned rows and returns (lse, g, target_grad, pg)."""
+    if not triton_path:
+        return _opd_token_native(partials, inputs, sl, 1.0 / temperature, logp, owned)
     world, rows = partials.shape[0], partials.shape[1]
     lse, g, target_grad, pg = buffers.rows(rows)
     eps_low, eps_high, dual_clip = inputs.clip
@@ -150,25 +188,26 @@ class _FusedOPDLossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, targets, inputs, vocab_start, temperature, tp_group, chunk_size,
-                logits_dtype, grads, ids_bad):
+                logits_dtype, grads, ids_bad, triton_path):
         need_hidden, need_weight = grads
-        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size)
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size, triton_path)
         n = hidden.shape[0]
         logp = hidden.new_empty(n, dtype=torch.float32)
         owned = hidden.new_empty(n, dtype=torch.float32)
         loss = hidden.new_zeros((), dtype=torch.float32)
-        buffers = TokenBuffers(min(head.rows, max(n, 1)), hidden.device)
+        buffers = TokenBuffers(min(head.rows, max(n, 1)), hidden.device) if triton_path else None
         grad_hidden, grad_weight = head.new_grads(need_hidden, need_weight)
         for start, end in head.chunks():
             sl = slice(start, end)
             logits = head.logits(start, end)
-            partials = logprob_partials(logits, targets[sl], vocab_start, temperature, False, tp_group)
-            lse, g, target_grad, pg = opd_token_terms(partials, inputs, sl, temperature, logp, owned, buffers)
+            partials = logprob_partials(logits, targets[sl], vocab_start, temperature, False, tp_group, triton_path)
+            lse, g, target_grad, pg = opd_token_terms(partials, inputs, sl, temperature, logp, owned, buffers,
+                                                      triton_path)
             loss += pg.sum()
             if need_hidden or need_weight:
                 grad_logits = head.grad_target(logits)
-                launch_logprob_grad(logits, grad_logits, targets[sl], vocab_start, 1.0 / temperature, lse, g,
-                                    target_grad)
+                write_logprob_grad(logits, grad_logits, targets[sl], vocab_start, 1.0 / temperature, lse, g,
+                                   target_grad, triton_path)
                 head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         check_targets_owned(owned, inputs.mask, ids_bad)
         ctx.save_for_backward(grad_hidden, grad_weight)
@@ -177,7 +216,7 @@ class _FusedOPDLossFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_logp):
-        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 9
+        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 10
 
 
 def fused_opd_loss(
@@ -249,6 +288,6 @@ def fused_opd_loss(
     grads = (grad_enabled and hidden.requires_grad, grad_enabled and weight.requires_grad)
     loss, logp = _FusedOPDLossFunction.apply(
         hidden, weight, targets.contiguous(), inputs, int(vocab_start), float(temperature), tp_group,
-        chunk_size, logits_dtype, grads, ids_bad,
+        chunk_size, logits_dtype, grads, ids_bad, use_triton(hidden.device),
     )
     return OPDLossOutput(loss, logp)

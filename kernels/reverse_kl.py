@@ -20,6 +20,9 @@ term a (rescaled with the student max), one all-gather merges the 5 packed scala
 group, ``_rkl_grad_kernel`` writes dL/dz, and two GEMMs give grad_hidden (this rank's partial sum over its
 vocab shard, reduced once by the caller's TP mapping as in ``linear_logprob``) and grad_weight.
 
+On the native path (``utils.use_triton``) ``_rkl_stats_native`` and ``_rkl_grad_native``, the torch twins of
+the two kernels, produce the same packed stats and dL/dz; the chunking, GEMMs and merge are shared.
+
 Logits default to float32 here: the KL gradient is a small difference of nearly equal distributions and
 bf16-rounded logits give percent-level gradient errors.
 """
@@ -32,13 +35,16 @@ import torch
 import triton
 import triton.language as tl
 
-from .linear_logprob import NEG_LARGE, ChunkedHead
+from .linear_logprob import NEG_LARGE
 from .utils import (
+    ChunkedHead,
     check_lm_head_inputs,
     gather_token_stats,
     merge_max_sumexp,
     response_token_weights,
     scale_saved_grads,
+    scaled_float32,
+    use_triton,
     vocab_block,
 )
 
@@ -77,6 +83,18 @@ def _rkl_stats_kernel(
     tl.store(out + 4, cross)
 
 
+def _rkl_stats_native(student: torch.Tensor, teacher: torch.Tensor, inv_temp: float) -> torch.Tensor:
+    """``_rkl_stats_kernel`` in torch: the same packed ``[C, 5]`` stats, each row in one piece."""
+    s, u = scaled_float32(student, inv_temp), scaled_float32(teacher, inv_temp)
+    m_s = s.amax(dim=1, keepdim=True)
+    e_s = (s - m_s).exp_()
+    l_s = e_s.sum(dim=1)
+    cross = e_s.mul_(s - u).sum(dim=1)
+    m_t = u.amax(dim=1, keepdim=True)
+    l_t = (u - m_t).exp_().sum(dim=1)
+    return torch.stack([m_s[:, 0], l_s, m_t[:, 0], l_t, cross], dim=1)
+
+
 @triton.jit
 def _rkl_grad_kernel(
     student_ptr, stride_s, teacher_ptr, stride_t, grad_ptr, stride_g, lse_s_ptr, lse_t_ptr, kl_ptr, coef_ptr,
@@ -102,20 +120,46 @@ def _rkl_grad_kernel(
         tl.store(g_row + cols, grad.to(grad_ptr.dtype.element_ty), mask=cols < n_cols)
 
 
+def _rkl_grad_native(student, teacher, grad_logits, lse_s, lse_t, kl, coef, inv_temp):
+    """``_rkl_grad_kernel`` in torch: dL/dz = coef p (log p - log q - KL), zero rows where coef is 0."""
+    s, u = scaled_float32(student, inv_temp, out=grad_logits), scaled_float32(teacher, inv_temp)
+    log_p = s.sub_(lse_s[:, None])
+    diff = (log_p - u).add_((lse_t - kl)[:, None])
+    grad = log_p.exp_().mul_(diff).mul_(coef[:, None])
+    grad[coef == 0.0] = 0.0
+    if grad.data_ptr() != grad_logits.data_ptr():
+        grad_logits.copy_(grad)
+
+
 class ReverseKLOutput(NamedTuple):
     loss: torch.Tensor  # 0-dim float32, differentiable w.r.t. the student's hidden and weight
     kl: torch.Tensor  # [N] float32 per-token KL(student || teacher) (detached), for metrics
 
 
-def rkl_stats(student: torch.Tensor, teacher: torch.Tensor, temperature: float, tp_group):
-    """Merged (lse_student, lse_teacher, kl) of one chunk; one all-gather over the TP group."""
-    rows, n_cols = student.shape
-    packed = torch.empty((rows, 5), dtype=torch.float32, device=student.device)
-    block, warps = vocab_block(n_cols)
-    _rkl_stats_kernel[(rows,)](
-        student, student.stride(0), teacher, teacher.stride(0), packed, n_cols, 1.0 / temperature,
-        BLOCK_V=block, num_warps=warps,
+def rkl_grad_(student, teacher, grad_logits, lse_s, lse_t, kl, coef, inv_temp, triton_path: bool) -> None:
+    """Write dL/dlogits of one chunk into ``grad_logits`` (may alias ``student``); coef already / tau."""
+    if not triton_path:
+        _rkl_grad_native(student, teacher, grad_logits, lse_s, lse_t, kl, coef, inv_temp)
+        return
+    block, warps = vocab_block(student.shape[1])
+    _rkl_grad_kernel[(student.shape[0],)](
+        student, student.stride(0), teacher, teacher.stride(0), grad_logits, grad_logits.stride(0), lse_s, lse_t,
+        kl, coef, student.shape[1], inv_temp, BLOCK_V=block, num_warps=warps,
     )
+
+
+def rkl_stats(student: torch.Tensor, teacher: torch.Tensor, temperature: float, tp_group, triton_path: bool):
+    """Merged (lse_student, lse_teacher, kl) of one chunk; one all-gather over the TP group."""
+    if not triton_path:
+        packed = _rkl_stats_native(student, teacher, 1.0 / temperature)
+    else:
+        rows, n_cols = student.shape
+        packed = torch.empty((rows, 5), dtype=torch.float32, device=student.device)
+        block, warps = vocab_block(n_cols)
+        _rkl_stats_kernel[(rows,)](
+            student, student.stride(0), teacher, teacher.stride(0), packed, n_cols, 1.0 / temperature,
+            BLOCK_V=block, num_warps=warps,
+        )
     gathered = gather_token_stats(packed, tp_group)
     m_s, l_s, scale_s = merge_max_sumexp(gathered[..., 0], gathered[..., 1])
     m_t, l_t, _ = merge_max_sumexp(gathered[..., 2], gathered[..., 3])
@@ -128,10 +172,11 @@ class _FusedReverseKLFunction(torch.autograd.Function):
     """hidden [N, Ds], weight [V_local, Ds] (+ teacher) -> (loss [], kl [N]); gradients in the forward."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, teacher, coef, temperature, tp_group, chunk_size, logits_dtype, grads):
+    def forward(ctx, hidden, weight, teacher, coef, temperature, tp_group, chunk_size, logits_dtype, grads,
+                triton_path):
         need_hidden, need_weight = grads
         teacher_hidden, teacher_weight, teacher_logits = teacher
-        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size,
+        head = ChunkedHead(hidden, weight, logits_dtype, chunk_size, triton_path,
                            extra_logits=1 if teacher_logits is None else 0)
         n = hidden.shape[0]
         kl = hidden.new_empty(n, dtype=torch.float32)
@@ -144,17 +189,13 @@ class _FusedReverseKLFunction(torch.autograd.Function):
                 teacher_chunk = head.logits(start, end, teacher_hidden, teacher_weight, slot=1)
             else:
                 teacher_chunk = teacher_logits[start:end]
-            lse_s, lse_t, kl_chunk = rkl_stats(student, teacher_chunk, temperature, tp_group)
+            lse_s, lse_t, kl_chunk = rkl_stats(student, teacher_chunk, temperature, tp_group, triton_path)
             kl[start:end] = kl_chunk
             loss += (coef[start:end] * kl_chunk).sum()
             if need_hidden or need_weight:
                 grad_logits = head.grad_target(student)
-                block, warps = vocab_block(student.shape[1])
-                _rkl_grad_kernel[(end - start,)](
-                    student, student.stride(0), teacher_chunk, teacher_chunk.stride(0), grad_logits,
-                    grad_logits.stride(0), lse_s, lse_t, kl_chunk, (coef[start:end] * inv_temp).contiguous(),
-                    student.shape[1], inv_temp, BLOCK_V=block, num_warps=warps,
-                )
+                rkl_grad_(student, teacher_chunk, grad_logits, lse_s, lse_t, kl_chunk,
+                          (coef[start:end] * inv_temp).contiguous(), inv_temp, triton_path)
                 head.backprop(grad_logits, start, end, grad_hidden, grad_weight)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.mark_non_differentiable(kl)
@@ -162,7 +203,7 @@ class _FusedReverseKLFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss, _grad_kl):
-        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 7
+        return scale_saved_grads(grad_loss, *ctx.saved_tensors) + (None,) * 8
 
 
 def _check_teacher(hidden, weight, teacher_hidden, teacher_weight, teacher_logits):
@@ -236,6 +277,7 @@ def fused_reverse_kl(
     grads = (grad_enabled and hidden.requires_grad, grad_enabled and weight.requires_grad)
     teacher = tuple(None if t is None else t.detach() for t in (teacher_hidden, teacher_weight, teacher_logits))
     loss, kl = _FusedReverseKLFunction.apply(
-        hidden, weight, teacher, coef, float(temperature), tp_group, chunk_size, logits_dtype, grads
+        hidden, weight, teacher, coef, float(temperature), tp_group, chunk_size, logits_dtype, grads,
+        use_triton(hidden.device),
     )
     return ReverseKLOutput(loss, kl)

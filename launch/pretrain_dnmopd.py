@@ -9,10 +9,7 @@ written to <run.output_dir>/<run.name>/config.yaml; a run continues from its new
 
 import argparse
 import logging
-import os
 import sys
-
-import torch
 
 
 def main(argv=None) -> int:
@@ -23,8 +20,6 @@ def main(argv=None) -> int:
                         help="override one config value, e.g. --set train.updates=10 (repeatable)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton kernels run in the interpreter on CPU
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from dnmopd.config import ConfigError, dump_yaml, load_config

@@ -4,7 +4,8 @@ Method (also in docs/benchmarks.md): for each shape, every provider builds its s
 one warm-up step (compilation, autotuning, cuBLAS handles), then ``repeats`` timed steps (CUDA events on
 GPU, a host clock on CPU), each with the gradients reset to None; the median is reported with its ratio to
 the ``floor`` (three cuBLAS GEMMs) of the same run. Peak extra memory = peak allocated during one step
-minus what was allocated before it minus the gradients the step must return (grad hidden + grad weight).
+minus what was allocated before it minus the gradients the step must return (grad hidden + grad weight):
+the CUDA allocator's peak on GPU, the resident set's high-water mark on CPU (``host_memory``).
 The error check runs the provider once more on ``check_tokens`` tokens of the same hidden/vocab size and
 compares loss and gradients with the plain-torch step in float64 on the same (upcast) inputs:
 ``||x - ref|| / ||ref||``. ``dnmopd`` keeps the chunk count of the timed run in the check, so its weight
@@ -25,7 +26,10 @@ from pathlib import Path
 import torch
 import yaml
 
+from . import host_memory
 from .providers import PROVIDERS, StepInputs, default_chunk_rows, make_inputs, torch_step
+
+OPTIONS = {"chunk_rows": int, "logits_dtype": str, "backend": str}
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Shape:
     hidden: int
     vocab: int
     check_tokens: int
+    quick: bool = False  # one of the shapes --quick runs
 
 
 @dataclass(frozen=True)
@@ -58,9 +63,10 @@ class ImplSpec:
         options = []
         for item in filter(None, opts.split(",")):
             key, sep, value = item.partition("=")
-            if not sep or key not in ("chunk_rows", "logits_dtype"):
-                raise ValueError(f"--impls: bad option '{item}' in '{text}' (known: chunk_rows=N, logits_dtype=D)")
-            options.append((key, int(value) if key == "chunk_rows" else value))
+            if not sep or key not in OPTIONS:
+                raise ValueError(f"--impls: bad option '{item}' in '{text}' "
+                                 "(known: chunk_rows=N, logits_dtype=D, backend=auto|native|triton)")
+            options.append((key, OPTIONS[key](value)))
         return ImplSpec(name, tuple(options))
 
     def opts(self) -> dict:
@@ -88,7 +94,8 @@ class Result:
     times_ms: list[float] = field(default_factory=list)
 
 
-def load_shapes(path: Path, section: str, names: list[str] | None = None) -> list[Shape]:
+def load_shapes(path: Path, section: str, names: list[str] | None = None, quick: bool = False) -> list[Shape]:
+    """The section's shapes, or those named, or (``quick``) those marked ``quick: true`` if any are."""
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict) or section not in data:
         raise ValueError(f"{path}: no '{section}' section of shapes")
@@ -97,7 +104,10 @@ def load_shapes(path: Path, section: str, names: list[str] | None = None) -> lis
         missing = {"tokens", "hidden", "vocab", "check_tokens"} - set(spec)
         if missing:
             raise ValueError(f"{path}: shape '{section}.{name}' lacks {sorted(missing)}")
-        shapes.append(Shape(name, **{k: int(spec[k]) for k in ("tokens", "hidden", "vocab", "check_tokens")}))
+        sizes = {k: int(spec[k]) for k in ("tokens", "hidden", "vocab", "check_tokens")}
+        shapes.append(Shape(name, **sizes, quick=bool(spec.get("quick", False))))
+    if quick and not names and any(s.quick for s in shapes):
+        shapes = [s for s in shapes if s.quick]
     if names:
         unknown = set(names) - {s.name for s in shapes}
         if unknown:
@@ -134,18 +144,22 @@ def time_step(step, x: StepInputs, device: torch.device, repeats: int) -> list[f
     return times
 
 
-def peak_extra_gib(step, x: StepInputs, device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
+def peak_extra_gib(step, x: StepInputs, device: torch.device, host_tracked: bool) -> float | None:
     _reset_grads(x)
-    _sync(device)
-    base = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    _sync(device)
-    peak = torch.cuda.max_memory_allocated(device)
+    gc.collect()
+    if device.type == "cuda":
+        _sync(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        step()
+        _sync(device)
+        extra = torch.cuda.max_memory_allocated(device) - base
+    elif host_tracked:
+        extra = host_memory.peak_during(step)
+    else:
+        return None
     grads = sum(g.numel() * g.element_size() for g in (x.hidden.grad, x.weight.grad) if g is not None)
-    return (peak - base - grads) / 2**30
+    return (extra - grads) / 2**30
 
 
 def rel_err(value: torch.Tensor | None, ref: torch.Tensor) -> float | None:
@@ -170,7 +184,8 @@ def check_errors(spec: ImplSpec, shape: Shape, dtype, device, seed: int, timed_r
             rel_err(x.weight.grad, ref_x.weight.grad))
 
 
-def run_one(spec: ImplSpec, shape: Shape, x: StepInputs, device, dtype, repeats: int, seed: int) -> Result:
+def run_one(spec: ImplSpec, shape: Shape, x: StepInputs, device, dtype, repeats: int, seed: int,
+            host_tracked: bool = False) -> Result:
     result = Result(shape.name, spec.label, "ok", tokens=shape.tokens, hidden=shape.hidden, vocab=shape.vocab)
     provider = PROVIDERS[spec.provider]
     reason = provider.needs(device)
@@ -180,7 +195,9 @@ def run_one(spec: ImplSpec, shape: Shape, x: StepInputs, device, dtype, repeats:
     opts = spec.opts()
     if spec.provider == "floor_chunked":
         opts.setdefault("chunk_rows", default_chunk_rows(x))
-    timed_rows = (opts.get("chunk_rows") or default_chunk_rows(x)) if spec.provider == "dnmopd" else None
+    timed_rows = None
+    if spec.provider == "dnmopd":
+        timed_rows = opts.get("chunk_rows") or default_chunk_rows(x, opts.get("backend", "auto"))
     try:
         step = provider.setup(x, opts)
         _reset_grads(x)
@@ -188,7 +205,7 @@ def run_one(spec: ImplSpec, shape: Shape, x: StepInputs, device, dtype, repeats:
         _sync(device)
         result.times_ms = time_step(step, x, device, repeats)
         result.median_ms = statistics.median(result.times_ms)
-        result.peak_extra_gib = peak_extra_gib(step, x, device)
+        result.peak_extra_gib = peak_extra_gib(step, x, device, host_tracked)
         del step
         _reset_grads(x)
         if spec.provider == "torch_compile" and shape.check_tokens != shape.tokens:
@@ -207,11 +224,12 @@ def run_one(spec: ImplSpec, shape: Shape, x: StepInputs, device, dtype, repeats:
 
 
 def run(shapes: list[Shape], specs: list[ImplSpec], device: torch.device, dtype: torch.dtype, repeats: int,
-        seed: int = 0, time_budget_s: float | None = None, on_result=None) -> list[Result]:
+        seed: int = 0, time_budget_s: float | None = None, on_result=None, host_tracked: bool = False) -> list[Result]:
     """Every spec on every shape, in order; once ``time_budget_s`` is spent the rest is reported as skipped.
 
     ``on_result(result)`` runs after each result (progress, incremental reports). Ratios are to the shape's
-    ``floor`` result, so list ``floor`` first.
+    ``floor`` result, so list ``floor`` first. ``host_tracked``: ``host_memory.track_freed_memory()``
+    succeeded, so CPU steps get a peak memory.
     """
     results: list[Result] = []
     start = time.monotonic()
@@ -224,7 +242,7 @@ def run(shapes: list[Shape], specs: list[ImplSpec], device: torch.device, dtype:
             else:
                 if x is None:
                     x = make_inputs(shape.tokens, shape.hidden, shape.vocab, dtype, device, seed=seed)
-                result = run_one(spec, shape, x, device, dtype, repeats, seed)
+                result = run_one(spec, shape, x, device, dtype, repeats, seed, host_tracked)
             if spec.label == "floor" and result.median_ms:
                 floor_ms = result.median_ms
             if floor_ms and result.median_ms is not None:
@@ -266,7 +284,8 @@ def environment(device: torch.device) -> dict:
 
     info = {"torch": torch.__version__, "triton": triton.__version__, "device": str(device),
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "triton_interpret": os.environ.get("TRITON_INTERPRET", "")}
+            "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "threads": torch.get_num_threads(),
+            "load_average": round(os.getloadavg()[0], 1)}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info

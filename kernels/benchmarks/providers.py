@@ -11,7 +11,9 @@ it to hidden and weight. They differ only in how the per-token log-prob and its 
 - ``torch_compile``: the same function under ``torch.compile``.
 - ``liger``: Liger-Kernel's fused linear cross-entropy (reduction none), logp = -CE.
 - ``cce``: Cut Cross-Entropy ``linear_cross_entropy`` (reduction none), logp = -CE.
-- ``dnmopd``: ``dnmopd.kernels.fused_opd_loss`` (log-prob, loss and gradient fused, 3 GEMMs).
+- ``dnmopd``: ``dnmopd.kernels.fused_opd_loss`` (log-prob, loss and gradient fused, 3 GEMMs), on the
+  backend the device gets by default (Triton on CUDA, native torch on CPU); ``dnmopd:backend=triton`` or
+  ``dnmopd:backend=native`` forces one (Triton on CPU is the interpreter).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ..opd_loss import fused_opd_loss
-from ..utils import chunk_rows
+from ..utils import chunk_budget, chunk_rows, kernel_backend, use_triton
 
 
 @dataclass
@@ -177,19 +179,22 @@ def _cce(x: StepInputs, _opts: dict) -> Callable[[], None]:
 
 
 def dnmopd_loss(x: StepInputs, opts: dict) -> torch.Tensor:
-    return fused_opd_loss(
-        x.hidden, x.weight, x.targets, x.response_ids, x.response_weights, teacher_logp=x.teacher_logp,
-        mask=x.mask, chunk_size=opts.get("chunk_rows"), logits_dtype=opts.get("logits_dtype"),
-    ).loss
+    with kernel_backend(opts.get("backend", "auto")):  # the gradient is computed here, in the forward
+        return fused_opd_loss(
+            x.hidden, x.weight, x.targets, x.response_ids, x.response_weights, teacher_logp=x.teacher_logp,
+            mask=x.mask, chunk_size=opts.get("chunk_rows"), logits_dtype=opts.get("logits_dtype"),
+        ).loss
 
 
 def _dnmopd(x: StepInputs, opts: dict) -> Callable[[], None]:
     return lambda: backward(dnmopd_loss(x, opts))
 
 
-def default_chunk_rows(x: StepInputs) -> int:
-    """Token rows per chunk that ``fused_opd_loss`` picks for these inputs by default."""
-    return chunk_rows(x.hidden.shape[0], x.weight.shape[0], x.hidden.element_size(), None)
+def default_chunk_rows(x: StepInputs, backend: str = "auto") -> int:
+    """Token rows per chunk that ``fused_opd_loss`` picks for these inputs by default on ``backend``."""
+    with kernel_backend(backend):
+        budget = chunk_budget(use_triton(x.hidden.device))
+    return chunk_rows(x.hidden.shape[0], x.weight.shape[0], x.hidden.element_size(), None, budget)
 
 
 PROVIDERS: dict[str, Provider] = {

@@ -1,4 +1,4 @@
-"""domain_stats against float64 sums (and the core's batch_statistics, within 1e-12 relative)."""
+"""domain_stats against float64 sums (and the core's batch_statistics, within 1e-12 relative), on both backends."""
 
 import pytest
 import torch
@@ -20,7 +20,7 @@ def _batch(b, t, num_domains, seed, dtype=torch.float32):
 
 @pytest.mark.parametrize("b,t,num_domains,dtype", [(1, 1, 1, torch.float32), (9, 4500, 3, torch.float32),
                                                    (7, 33, 4, torch.bfloat16)])
-def test_matches_float64_sums(b, t, num_domains, dtype):
+def test_matches_float64_sums(b, t, num_domains, dtype, backend):
     log_ratio, mask, ids = _batch(b, t, num_domains, seed=b * t, dtype=dtype)
     stats = domain_stats(log_ratio, mask, ids, num_domains)
     ref = reference_stats(log_ratio, mask, ids, num_domains)
@@ -28,7 +28,7 @@ def test_matches_float64_sums(b, t, num_domains, dtype):
     torch.testing.assert_close(stats.cpu(), ref, rtol=1e-12, atol=1e-12)
 
 
-def test_matches_core_batch_statistics():
+def test_matches_core_batch_statistics(backend):
     statistics = pytest.importorskip("dnmopd.core.statistics")
     log_ratio, mask, ids = _batch(12, 257, 3, seed=40)
     ours = domain_stats(log_ratio, mask, ids, 3)
@@ -36,7 +36,7 @@ def test_matches_core_batch_statistics():
     torch.testing.assert_close(ours, core, rtol=1e-12, atol=0)
 
 
-def test_invalid_inputs_raise():
+def test_invalid_inputs_raise(backend):
     log_ratio, mask, ids = _batch(3, 5, 2, seed=41)
     with pytest.raises(ValueError, match="domain_ids"):
         domain_stats(log_ratio, mask, torch.tensor([0, 2, 1], device=DEVICE), 2)

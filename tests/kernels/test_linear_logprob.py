@@ -1,4 +1,4 @@
-"""fused_linear_logprob against float64 log-softmax over materialised logits."""
+"""fused_linear_logprob against float64 log-softmax over materialised logits, on both backends."""
 
 import pytest
 import torch
@@ -16,7 +16,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("n,d,v,temperature,chunk", CASES)
-def test_logprob_and_entropy_match_float64(n, d, v, temperature, chunk):
+def test_logprob_and_entropy_match_float64(n, d, v, temperature, chunk, backend):
     hidden, weight = random_head(n, d, v, seed=n + v)
     targets = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(1)).to(DEVICE)
     logp, entropy = fused_linear_logprob(hidden, weight, targets, temperature=temperature,
@@ -35,7 +35,7 @@ def test_logprob_and_entropy_match_float64(n, d, v, temperature, chunk):
     assert rel_err(weight.grad, w64.grad) < 1e-5
 
 
-def test_logprob_only_upstream_and_no_entropy():
+def test_logprob_only_upstream_and_no_entropy(backend):
     hidden, weight = random_head(6, 16, 700, seed=3)
     targets = torch.tensor([0, 699, 5, 5, 123, 350], device=DEVICE)
     logp = fused_linear_logprob(hidden, weight, targets, chunk_size=4)
@@ -47,7 +47,7 @@ def test_logprob_only_upstream_and_no_entropy():
     assert rel_err(hidden.grad, h64.grad) < 1e-5 and rel_err(weight.grad, w64.grad) < 1e-5
 
 
-def test_very_negative_and_wide_logits():
+def test_very_negative_and_wide_logits(backend):
     """Logits around -2000 with a spread of ~30: no overflow/underflow, still float64-accurate."""
     hidden, weight = random_head(8, 16, 2500, seed=4, logit_std=30.0, offset=-2000.0)
     targets = torch.randint(0, 2500, (8,), generator=torch.Generator().manual_seed(3)).to(DEVICE)
@@ -58,7 +58,7 @@ def test_very_negative_and_wide_logits():
     torch.testing.assert_close(entropy.double().cpu(), ref_entropy.cpu(), rtol=0, atol=2e-3)
 
 
-def test_logit_gradient_rows_sum_to_zero_and_match_float64():
+def test_logit_gradient_rows_sum_to_zero_and_match_float64(backend):
     """The grad kernel's dL/dlogits equals g * (onehot - p) (plus the entropy term) and sums to 0 per row."""
     gen = torch.Generator().manual_seed(5)
     logits = (torch.randn(5, 300, generator=gen) * 4).to(DEVICE)
@@ -73,7 +73,7 @@ def test_logit_gradient_rows_sum_to_zero_and_match_float64():
     centered = (p * (logits.double().gather(1, targets[:, None]) - logits.double())).sum(-1)
     stats = LogprobStats(lse.float(), logp.float(), None, None, mu.float(), centered.float())
     grad = torch.empty_like(logits)
-    logprob_grad_(logits, grad, targets, 0, 1.0, stats, g, g_ent)
+    logprob_grad_(logits, grad, targets, 0, 1.0, stats, g, g_ent, backend == "triton")
     onehot = torch.nn.functional.one_hot(targets, 300).double()
     expected = g.double()[:, None] * (onehot - p) - g_ent.double()[:, None] * p * (logits.double() - mu[:, None])
     torch.testing.assert_close(grad.double(), expected, rtol=1e-5, atol=1e-6)
@@ -82,7 +82,7 @@ def test_logit_gradient_rows_sum_to_zero_and_match_float64():
     torch.testing.assert_close(grad[0, 7].double(), expected[0, 7], rtol=1e-3, atol=0)
 
 
-def test_bf16_inputs_close_to_float64():
+def test_bf16_inputs_close_to_float64(backend):
     hidden, weight = random_head(16, 32, 3000, seed=6, dtype=torch.bfloat16)
     targets = torch.randint(0, 3000, (16,), generator=torch.Generator().manual_seed(4)).to(DEVICE)
     logp = fused_linear_logprob(hidden, weight, targets)
@@ -95,7 +95,7 @@ def test_bf16_inputs_close_to_float64():
     assert rel_err(hidden.grad, h64.grad) < 2e-2 and rel_err(weight.grad, w64.grad) < 2e-2
 
 
-def test_fp32_logits_of_bf16_inputs():
+def test_fp32_logits_of_bf16_inputs(backend):
     hidden, weight = random_head(8, 32, 1500, seed=7, dtype=torch.bfloat16)
     targets = torch.randint(0, 1500, (8,), generator=torch.Generator().manual_seed(5)).to(DEVICE)
     logp = fused_linear_logprob(hidden, weight, targets, logits_dtype=torch.float32)
@@ -107,7 +107,7 @@ def test_fp32_logits_of_bf16_inputs():
     assert rel_err(weight.grad, w64.grad) < 1e-2
 
 
-def test_invalid_inputs_raise():
+def test_invalid_inputs_raise(backend):
     hidden, weight = random_head(4, 8, 50, seed=8)
     with pytest.raises(ValueError, match="targets"):
         fused_linear_logprob(hidden, weight, torch.tensor([0, 1, 50, 2], device=DEVICE))

@@ -1,4 +1,5 @@
-"""fused_opd_loss against the float64 clipped OPD loss over materialised logits (and the core's loss)."""
+"""fused_opd_loss against the float64 clipped OPD loss over materialised logits (and the core's loss), on both
+backends."""
 
 import pytest
 import torch
@@ -41,7 +42,7 @@ def _check(hidden, weight, batch, *, tol=1e-5, skip_hidden_cols=0, **kwargs):
 
 
 @pytest.mark.parametrize("n,d,v,chunk,temperature", [(1, 8, 37, None, 1.0), (23, 16, 4200, 6, 0.8)])
-def test_on_policy_ratio_one_matches_float64(n, d, v, chunk, temperature):
+def test_on_policy_ratio_one_matches_float64(n, d, v, chunk, temperature, backend):
     hidden, weight = random_head(n, d, v, seed=v)
     batch = _batch(n, v, 4, seed=n)
     if n == 1:
@@ -50,7 +51,7 @@ def test_on_policy_ratio_one_matches_float64(n, d, v, chunk, temperature):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_random_shapes_and_very_negative_logits(seed):
+def test_random_shapes_and_very_negative_logits(seed, backend):
     """Random N, D, V (V from 2 up to past one 4096 block), random chunking, logits shifted to about -500.
 
     The shift is hidden column 0 (all ones) times weight column 0 (all -500): its gradient is
@@ -65,7 +66,7 @@ def test_random_shapes_and_very_negative_logits(seed):
     _check(hidden, weight, batch, tol=1e-4, skip_hidden_cols=1, chunk_size=chunk, temperature=0.9)
 
 
-def test_clipping_and_dual_clip_with_old_logp():
+def test_clipping_and_dual_clip_with_old_logp(backend):
     hidden, weight = random_head(40, 16, 900, seed=11)
     batch = _batch(40, 900, 5, seed=12)
     with torch.no_grad():
@@ -77,7 +78,7 @@ def test_clipping_and_dual_clip_with_old_logp():
     _check(hidden, weight, batch, old_logp=old, dual_clip=1.5, chunk_size=16)
 
 
-def test_advantages_instead_of_teacher_and_nan_padding():
+def test_advantages_instead_of_teacher_and_nan_padding(backend):
     hidden, weight = random_head(30, 16, 500, seed=14)
     batch = _batch(30, 500, 3, seed=15)
     gen = torch.Generator().manual_seed(16)
@@ -88,7 +89,7 @@ def test_advantages_instead_of_teacher_and_nan_padding():
     _check(hidden, weight, batch, teacher_logp=None, advantages=advantages, chunk_size=7)
 
 
-def test_empty_response_counts_in_the_mean():
+def test_empty_response_counts_in_the_mean(backend):
     hidden, weight = random_head(12, 8, 300, seed=17)
     batch = _batch(12, 300, 3, seed=18)
     batch["mask"][batch["response_ids"] == 1] = False  # response 1 has no valid token
@@ -97,7 +98,7 @@ def test_empty_response_counts_in_the_mean():
     assert torch.isfinite(out.loss)
 
 
-def test_same_kernel_old_logp_gives_ratio_exactly_one_and_scaled_upstream_gradient():
+def test_same_kernel_old_logp_gives_ratio_exactly_one_and_scaled_upstream_gradient(backend):
     hidden, weight = random_head(20, 16, 640, seed=19)
     batch = _batch(20, 640, 4, seed=20)
     args = (batch["targets"], batch["response_ids"], batch["response_weights"])
@@ -117,7 +118,7 @@ def test_same_kernel_old_logp_gives_ratio_exactly_one_and_scaled_upstream_gradie
     torch.testing.assert_close(grads[1], 3.0 * weight.grad)
 
 
-def test_zero_tokens_give_zero_loss_and_gradients():
+def test_zero_tokens_give_zero_loss_and_gradients(backend):
     hidden, weight = random_head(0, 8, 100, seed=26)
     empty = torch.zeros(0, dtype=torch.long, device=DEVICE)
     out = fused_opd_loss(hidden, weight, empty, empty, torch.ones(2, device=DEVICE),
@@ -127,7 +128,7 @@ def test_zero_tokens_give_zero_loss_and_gradients():
     assert hidden.grad.shape == (0, 8) and torch.equal(weight.grad, torch.zeros_like(weight))
 
 
-def test_no_grad_and_invalid_inputs():
+def test_no_grad_and_invalid_inputs(backend):
     hidden, weight = random_head(6, 8, 100, seed=21)
     batch = _batch(6, 100, 2, seed=22)
     args = (hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"])
@@ -147,7 +148,7 @@ def test_no_grad_and_invalid_inputs():
                        teacher_logp=batch["teacher_logp"])
 
 
-def test_matches_core_clipped_opd_loss_batched():
+def test_matches_core_clipped_opd_loss_batched(backend):
     losses = pytest.importorskip("dnmopd.core.losses")
     b, t, v = 4, 6, 700
     hidden, weight = random_head(b * t, 16, v, seed=23)

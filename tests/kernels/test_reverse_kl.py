@@ -1,4 +1,4 @@
-"""fused_reverse_kl against float64 KL(student || teacher) over materialised logits."""
+"""fused_reverse_kl against float64 KL(student || teacher) over materialised logits, on both backends."""
 
 import pytest
 import torch
@@ -18,7 +18,7 @@ def _batch(n, num_local, seed):
     (19, 16, 24, 4500, 4, 0.9, False),
     (11, 16, 8, 800, None, 1.2, True),
 ])
-def test_matches_float64(n, d, d_teacher, v, chunk, temperature, given_logits):
+def test_matches_float64(n, d, d_teacher, v, chunk, temperature, given_logits, backend):
     hidden, weight = random_head(n, d, v, seed=v + 1)
     teacher_hidden, teacher_weight = random_head(n, d_teacher, v, seed=v + 2, logit_std=4.0)
     ids, weights, mask = _batch(n, 3, seed=n)
@@ -42,7 +42,7 @@ def test_matches_float64(n, d, d_teacher, v, chunk, temperature, given_logits):
     assert weight.grad.double().sum(0).abs().max() <= 1e-5 * weight.grad.double().abs().sum(0).max()
 
 
-def test_identical_teacher_gives_zero_kl_and_gradient():
+def test_identical_teacher_gives_zero_kl_and_gradient(backend):
     hidden, weight = random_head(7, 16, 300, seed=30)
     ids, weights, _ = _batch(7, 2, seed=31)
     out = fused_reverse_kl(hidden, weight, ids, weights, teacher_hidden=hidden.detach().clone(),
@@ -52,7 +52,7 @@ def test_identical_teacher_gives_zero_kl_and_gradient():
     assert hidden.grad.abs().max() < 1e-5 and weight.grad.abs().max() < 1e-5
 
 
-def test_bf16_student_with_float32_logits():
+def test_bf16_student_with_float32_logits(backend):
     hidden, weight = random_head(12, 32, 2000, seed=32, dtype=torch.bfloat16)
     teacher_hidden, teacher_weight = random_head(12, 32, 2000, seed=33, dtype=torch.bfloat16)
     ids, weights, mask = _batch(12, 2, seed=34)
@@ -66,7 +66,7 @@ def test_bf16_student_with_float32_logits():
     assert rel_err(hidden.grad, h64.grad) < 1e-2 and rel_err(weight.grad, w64.grad) < 1e-2
 
 
-def test_invalid_teacher_inputs_raise():
+def test_invalid_teacher_inputs_raise(backend):
     hidden, weight = random_head(4, 8, 50, seed=35)
     ids, weights, _ = _batch(4, 2, seed=36)
     with pytest.raises(ValueError, match="teacher_hidden and teacher_weight"):
