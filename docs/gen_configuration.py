@@ -19,7 +19,7 @@ import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 
@@ -107,9 +107,11 @@ class Reference:
             return f"mapping with `backend:` {' / '.join(links)}", [
                 (path, backend.resolve(n), f"backend: {n}", f"{key} {n}") for n in names]
         if origin in (typing.Union, types.UnionType):
-            members = [a for a in args if a is not type(None)]
-            text, children = self.type_text(members[0], path, key)
+            members = [self.type_text(a, path, key) for a in args if a is not type(None)]
+            text, children = " or ".join(t for t, _ in members), [c for _, cs in members for c in cs]
             return (f"{text} or null" if type(None) in args else text), children
+        if origin is Literal:
+            return " or ".join(f"`{value}`" for value in args), []
         if origin in (list, tuple):
             text, children = self.type_text(args[0], f"{path}[]", f"{key}[]")
             return f"list of {text}", children

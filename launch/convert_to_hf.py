@@ -2,8 +2,12 @@
 
 Training checkpoint (megatron-core distributed checkpoint, saved at any TP/PP) -> release folder:
 
-    python launch/convert_to_hf.py --checkpoint runs/x/checkpoints/step_80 --output releases/x \
-        [--tokenizer DIR] [--base-model DIR] [--training-config runs/x/config.yaml] [--metrics final.json]
+    python launch/convert_to_hf.py --checkpoint runs/x/checkpoints/iter_0000080 --output releases/x \
+        [--tokenizer DIR] [--base-model DIR] [--base-model-id Qwen/Qwen3.5-4B] [--license apache-2.0] \
+        [--name NAME] [--training-config runs/x/config.yaml] [--metrics final.json]
+
+A run checkpoint (`iter_*`, holding `model/`) takes its training config and final metrics from its run
+directory unless --training-config / --metrics are given.
 
 Hugging Face folder -> training checkpoint (starts a run from a released model):
 
@@ -41,11 +45,15 @@ def parse_size(text: str) -> int:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--checkpoint", type=Path, help="student training checkpoint folder (has student.json)")
+    source.add_argument("--checkpoint", type=Path,
+                        help="run checkpoint (iter_*, with model/) or student checkpoint folder (has student.json)")
     source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a training checkpoint")
     parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
     parser.add_argument("--base-model", type=Path, help="HF folder of the base model (default: the one recorded)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder with chat template (default: base model)")
+    parser.add_argument("--base-model-id", help="Hub id of the base model for the model card (e.g. Qwen/Qwen3.5-4B)")
+    parser.add_argument("--license", help="license id for the model card (default: the base model card's)")
+    parser.add_argument("--name", help="model card title (default: the run name of the training config)")
     parser.add_argument("--training-config", type=Path, help="training config file quoted in the model card")
     parser.add_argument("--metrics", type=Path, help="JSON object of final metrics for the model card")
     parser.add_argument("--max-shard-size", type=parse_size, default="5GB", help="largest safetensors shard")
@@ -100,6 +108,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["merge"]:
         return merge(argv[1:])
     args = parse_args(argv)
+    card = card_options(args)
     import torch.distributed
 
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
@@ -112,27 +121,68 @@ def main(argv=None) -> int:
         student.save_checkpoint(args.output)
         print(f"saved training checkpoint {args.output}", flush=True)
     else:
-        export(args, dims)
+        export(args, dims, card)
     dims.destroy()
     torch.distributed.destroy_process_group()
     return 0
 
 
-def export(args: argparse.Namespace, dims) -> None:
+def run_checkpoint(path: Path) -> tuple[Path, int | None, Path | None]:
+    """(student checkpoint folder, update, run directory) of a ``--checkpoint`` argument: a run checkpoint
+    ``<run>/checkpoints/iter_N`` (its ``model/`` folder) or a student checkpoint folder itself."""
+    from dnmopd.trainer import checkpoint
+
+    if (path / "model" / "student.json").is_file():
+        state = path / "trainer_state.json"
+        update = json.loads(state.read_text())["update"] if state.is_file() else None
+        return path / "model", update, path.parent.parent
+    match = checkpoint.PATTERN.match(path.parent.name)
+    if path.name == "model" and match:
+        return path, int(match.group(1)), path.parent.parent.parent
+    return path, None, None
+
+
+def final_metrics(run_dir: Path | None, update: int | None) -> dict | None:
+    """The metrics record of the checkpoint's last update in ``<run>/metrics.jsonl``, when there is one."""
+    log = run_dir / "metrics.jsonl" if run_dir else None
+    if update is None or log is None or not log.is_file():
+        return None
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    last = [r for r in records if r.get("step") == update - 1]
+    return {k: v for k, v in last[-1].items() if k not in ("step", "time")} if last else None  # time: of logging
+
+
+def card_options(args: argparse.Namespace):
+    from dnmopd.student.model_card import CardConfig
+
+    try:
+        return CardConfig(base_model=args.base_model_id, license=args.license)
+    except ValueError as error:
+        raise SystemExit(f"model card options (--base-model-id, --license): {error}") from None
+
+
+def export(args: argparse.Namespace, dims, card) -> None:
     from dnmopd.student import Student
     from dnmopd.student.release import write_release
 
-    metrics = json.loads(args.metrics.read_text()) if args.metrics else None
+    folder, update, run_dir = run_checkpoint(args.checkpoint)
+    metrics = json.loads(args.metrics.read_text()) if args.metrics else final_metrics(run_dir, update)
     if metrics is not None and not isinstance(metrics, dict):
         raise SystemExit(f"{args.metrics}: expected a JSON object of metric name -> value")
-    print(f"loading {args.checkpoint}", flush=True)
-    student = Student.from_checkpoint(args.checkpoint, dims)
+    config_file = args.training_config or (run_dir / "config.yaml" if run_dir else None)
+    training_config = config_file.read_text() if config_file and config_file.is_file() else None
+    print(f"loading {folder}", flush=True)
+    student = Student.from_checkpoint(folder, dims)
+    where = f"checkpoint {args.checkpoint.name}" + (f" (update {update})" if update is not None else "")
     write_release(
         student,
         args.output,
         base_model=args.base_model,
         tokenizer=args.tokenizer,
-        training_config=args.training_config.read_text() if args.training_config else None,
+        name=args.name,
+        source=f"the training {where}",
+        card=card,
+        training_config=training_config,
         metrics=metrics,
         max_shard_bytes=args.max_shard_size,
         tolerance=args.tolerance,

@@ -37,9 +37,23 @@ def _new_file_mode(path: Path) -> int:
     """The mode an ordinary ``open(path, "w")`` would give (mkstemp creates files 0600)."""
     if path.exists():
         return path.stat().st_mode & 0o777
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def apply_default_modes(root: str | os.PathLike) -> None:
+    """Give ``root`` and everything under it the modes of new files and folders under the umask (0666 and 0777
+    minus the umask): safetensors writes 0600 and ``mkdtemp`` makes 0700, which another user cannot read."""
+    umask = _umask()
+    root = Path(root)
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def dump_row(row: dict) -> str:

@@ -10,7 +10,9 @@ Modules (one job each):
 * ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
 * ``checkpoint``, ``student``: distributed checkpoints and the ``Student`` facade the trainer uses;
 * ``pipeline``: forward-only logits through megatron's pipeline schedules (verification, tests);
-* ``release``: the Hugging Face release folder (``launch/convert_to_hf.py``);
+* ``release``, ``hf_config``, ``model_card``: the Hugging Face release folder (``launch/convert_to_hf.py``), its
+  engine-ready config files and its Hub model card;
+* ``merge``: weight-space merges of Hugging Face folders;
 * ``tiny``: deterministic tiny random HF checkpoints for tests and the CPU demo.
 
 The names below are imported lazily, so ``dnmopd.student.tiny`` does not pull in megatron-core.

@@ -22,7 +22,9 @@ difference). Every check except the equality of integer tensors runs before any 
   ignoring the ``transformers_version`` and ``_name_or_path`` stamps).
 
 The output (safetensors shards with an index, side files, a ``README.md`` model card naming the method,
-inputs and lambda) is written under a temporary sibling name and renamed into place at the end.
+inputs and lambda; its ``base_model`` lists the inputs' Hub ids when all are known from their Hugging Face
+cache paths) is written under a temporary sibling name, given the file modes of the umask and renamed into
+place at the end.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from dnmopd.data.io import apply_default_modes
+from dnmopd.student.model_card import hub_id_from_path
 from dnmopd.student.release import ShardWriter
 from dnmopd.student.weights import SafetensorsFolder
 
@@ -123,6 +127,7 @@ class CheckpointMerge:
             for path in self.side_files:
                 shutil.copy2(path, tmp / path.name)
             (tmp / "README.md").write_text(self.model_card(output.name))
+            apply_default_modes(tmp)
             if output.exists():
                 shutil.rmtree(output)
             tmp.rename(output)
@@ -171,11 +176,14 @@ class CheckpointMerge:
             formula = (
                 f"theta = theta_0 + {self.config.scale!r} * sum_k (theta_k - theta_0) (task arithmetic, ParamMerge-TA)"
             )
+        from huggingface_hub import ModelCardData
+
+        hub_ids = [hub_id_from_path(c.path.resolve()) for c in self.inputs]
+        merged_from = {"base_model": hub_ids, "base_model_relation": "merge"} if all(hub_ids) else {}
+        metadata = ModelCardData(library_name="transformers", tags=["dnmopd", "model-merging"], **merged_from)
         lines = [
             "---",
-            "library_name: transformers",
-            *([f"base_model: {self.base.path.name}"] if self.base else []),
-            "tags: [dnmopd, model-merging]",
+            metadata.to_yaml(),
             "---",
             f"# {name}",
             "",

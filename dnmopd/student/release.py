@@ -1,10 +1,12 @@
 """Hugging Face release folder from the student: the model as the original architecture, ready to serve.
 
-Contents: safetensors shards (+ index when more than one), the original ``config.json`` (for the Qwen3.5 VL
-layout with its vision tower and MTP tensors copied unchanged from the base model), ``generation_config.json``,
-the tokenizer files with the chat template, and a model card (``README.md``) with the training configuration,
-final metrics and the verification result. The folder is written under a temporary name, reloaded with
-``transformers`` and compared with the student's logits on a probe batch, and only then renamed into place.
+Contents: safetensors shards (+ index when more than one), the original ``config.json`` completed for every
+engine (``hf_config.engine_config``; for the Qwen3.5 VL layout with its vision tower and MTP tensors copied
+unchanged from the base model), ``generation_config.json`` (the base model's, checked against the config and
+the tokenizer, or derived from them), the tokenizer files with the chat template, and a Hub model card
+(``README.md``, see ``model_card``). The folder is written under a temporary name, reloaded with
+``transformers`` and compared with the student's logits on a probe batch, and only then given the file modes
+of the umask and renamed into place.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from dnmopd.data.io import apply_default_modes
+from dnmopd.student.hf_config import engine_config, generation_config
+from dnmopd.student.model_card import CardConfig, Export, model_card, run_facts
 from dnmopd.student.weights import PASSTHROUGH_PREFIXES, SafetensorsFolder
 
 _MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", "README.md"}
@@ -74,51 +79,6 @@ def _tokenizer_files(source: Path) -> list[Path]:
     return files
 
 
-def _generation_config(student, base: Path | None) -> dict:
-    if base is not None and (base / "generation_config.json").is_file():
-        return json.loads((base / "generation_config.json").read_text())
-    text = student.arch.text_config
-    ids = {k: text[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if text.get(k) is not None}
-    return {"_from_model_config": True, **ids}
-
-
-def model_card(student, *, name: str, training_config: str | None, metrics: dict | None, max_logit_diff: float) -> str:
-    arch = student.arch
-    lines = [
-        "---",
-        "library_name: transformers",
-        *([f"base_model: {Path(student.base_model).name}"] if student.base_model else []),
-        "tags: [dnmopd, on-policy-distillation]",
-        "---",
-        f"# {name}",
-        "",
-        f"Student trained with dnmopd (domain-normalized multi-teacher on-policy distillation)"
-        f"{' from ' + Path(student.base_model).name if student.base_model else ''}.",
-        "",
-        "## Architecture",
-        "",
-        f"{arch.hf_config.get('architectures', [arch.family])[0]}: {arch.num_layers} layers, hidden size "
-        f"{arch.hidden_size}, vocabulary {arch.vocab_size}, "
-        f"{'tied' if arch.tie_embeddings else 'untied'} embeddings.",
-        "",
-    ]
-    if metrics:
-        lines += ["## Final metrics", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {key} | {value} |" for key, value in metrics.items()] + [""]
-    if training_config:
-        lines += ["## Training configuration", "", "```yaml", training_config.rstrip(), "```", ""]
-    saved = student.dims
-    lines += [
-        "## Conversion",
-        "",
-        f"Exported from a megatron-core distributed checkpoint (loaded at TP={saved.tp_size}, PP={saved.pp_size}).",
-        f"Verified by reloading with transformers: max |logit difference| vs megatron = {max_logit_diff:.3e} "
-        "(float32, probe batch).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def _verifier_rank(student) -> int:
     flags = [None] * dist.get_world_size()
     dist.all_gather_object(flags, student.is_last_stage and student.dims.tp_rank == 0)
@@ -155,6 +115,9 @@ def write_release(
     *,
     base_model: str | Path | None = None,
     tokenizer: str | Path | None = None,
+    name: str | None = None,
+    source: str = "the student in memory",
+    card: CardConfig | None = None,
     training_config: str | None = None,
     metrics: dict | None = None,
     max_shard_bytes: int = 5 * 2**30,
@@ -162,11 +125,21 @@ def write_release(
     probe_length: int = 32,
     log=print,
 ) -> Path:
-    """Export ``student`` to the release folder ``output`` (all ranks call; rank 0 writes). Returns its path."""
+    """Export ``student`` to the release folder ``output`` (all ranks call; rank 0 writes). Returns its path.
+
+    ``base_model`` is the HF folder whose vision/MTP tensors, generation config and model card are reused
+    (default: the one the student was loaded from); ``tokenizer`` the tokenizer folder (default: the base
+    model). ``name`` titles the model card (default: the run name in ``training_config``, else the folder
+    name); ``source`` says what was exported; ``card`` sets the card's base model id and license.
+    """
     output = Path(output)
+    if base_model is not None and not Path(base_model).is_dir():
+        raise FileNotFoundError(f"base model folder {base_model} not found")
     base = Path(base_model or student.base_model) if (base_model or student.base_model) else None
+    if base is not None and not base.is_dir() and not student.arch.vision_language:
+        base = None  # the recorded base folder is gone; the tokenizer must come from `tokenizer`
     tokenizer = Path(tokenizer) if tokenizer else None
-    _check_sources(student, base, tokenizer)
+    config, generation = _check_sources(student, base, tokenizer)
     rank = dist.get_rank()
     tmp = output.with_name(f".{output.name}.tmp")
     if rank == 0:
@@ -176,12 +149,12 @@ def write_release(
     dist.barrier()
     try:
         writer = ShardWriter(tmp, max_shard_bytes) if rank == 0 else None
-        for name, tensor in student.hf_tensors(source_dtypes=True):
+        for tensor_name, tensor in student.hf_tensors(source_dtypes=True):
             if writer:
-                writer.add(name, tensor)
+                writer.add(tensor_name, tensor)
         if rank == 0:
             log(f"wrote {writer.total_bytes / 2**20:.1f} MiB of language-model weights")
-            _write_side_files(student, tmp, writer, base, tokenizer)
+            _write_side_files(tmp, writer, base, tokenizer, config, generation)
             writer.close()
         dist.barrier()
         diff = verify_release(student, tmp, probe_length=probe_length)
@@ -189,10 +162,12 @@ def write_release(
         if not diff <= tolerance:
             raise RuntimeError(f"release verification failed: max |logit difference| {diff:.3e} > {tolerance}")
         if rank == 0:
-            card = model_card(
-                student, name=output.name, training_config=training_config, metrics=metrics, max_logit_diff=diff
-            )
-            (tmp / "README.md").write_text(card)
+            export = _export_facts(student, source, base, diff)
+            title = name or run_facts(training_config).get("name") or output.name
+            text = model_card(export, card or CardConfig(), name=title, training_config=training_config,
+                              metrics=metrics)
+            (tmp / "README.md").write_text(text)
+            apply_default_modes(tmp)
             if output.exists():
                 shutil.rmtree(output)
             tmp.rename(output)
@@ -203,8 +178,26 @@ def write_release(
     return output
 
 
-def _check_sources(student, base: Path | None, tokenizer: Path | None) -> None:
-    """Fail early (on every rank alike) when the base model or tokenizer needed by the release is missing."""
+def _export_facts(student, source: str, base: Path | None, max_logit_diff: float) -> Export:
+    arch = student.arch
+    architecture = arch.hf_config.get("architectures", [arch.family])[0]
+    return Export(
+        architecture=architecture,
+        summary=f"{architecture}: {arch.num_layers} layers, hidden size {arch.hidden_size}, vocabulary "
+                f"{arch.vocab_size}, {'tied' if arch.tie_embeddings else 'untied'} embeddings",
+        source=source,
+        tensor_dtypes=sorted(set(student.hf_dtypes.values())),
+        passthrough=arch.vision_language,
+        layout=f"TP={student.dims.tp_size}, PP={student.dims.pp_size}",
+        max_logit_diff=max_logit_diff,
+        base_folder=base,
+    )
+
+
+def _check_sources(student, base: Path | None, tokenizer: Path | None) -> tuple[dict, dict]:
+    """Fail early (on every rank alike) when the base model or tokenizer needed by the release is missing, or
+    when the config, generation config and tokenizer disagree; returns the release's config and generation
+    config."""
     if student.arch.vision_language and (base is None or not base.is_dir()):
         raise FileNotFoundError(
             f"base model folder {base} not found: a vision-language student needs --base-model for its vision "
@@ -214,15 +207,24 @@ def _check_sources(student, base: Path | None, tokenizer: Path | None) -> None:
     if source is None or not source.is_dir():
         raise FileNotFoundError(f"tokenizer folder {source} not found: pass --tokenizer")
     _tokenizer_files(source)
+    config = engine_config(student.arch.hf_config, where=str(base / "config.json") if base else "config.json")
+    base_generation = base / "generation_config.json" if base else None
+    try:
+        generation = generation_config(config, source, base_generation if base_generation and
+                                       base_generation.is_file() else None)
+    except ValueError as error:
+        raise ValueError(f"release: {error}; pass a matching --tokenizer or fix the files") from None
+    return config, generation
 
 
-def _write_side_files(student, folder: Path, writer: ShardWriter, base: Path | None, tokenizer: Path | None) -> None:
+def _write_side_files(folder: Path, writer: ShardWriter, base: Path | None, tokenizer: Path | None, config: dict,
+                      generation: dict) -> None:
     if base is not None and base.is_dir():
         source = SafetensorsFolder(base)
         for name in source.keys():
             if name.startswith(PASSTHROUGH_PREFIXES):
                 writer.add(name, source.get(name))
-    (folder / "config.json").write_text(json.dumps(student.arch.hf_config, indent=2) + "\n")
-    (folder / "generation_config.json").write_text(json.dumps(_generation_config(student, base), indent=2) + "\n")
+    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
     for path in _tokenizer_files(tokenizer or base):
         shutil.copy2(path, folder / path.name)

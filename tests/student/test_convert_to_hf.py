@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from distributed import run_workers
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from student_fixtures import tiny_models  # noqa: F401
 from student_helpers import build_test_tokenizer, hf_logits, probe_ids
@@ -53,6 +54,7 @@ def test_release_reloads_with_transformers_and_keeps_every_tensor(tiny_models, v
     proc = _convert(
         "--checkpoint", vl_checkpoint, "--output", release, "--tokenizer", tokenizer, "--metrics",
         tmp_path / "metrics.json", "--training-config", tmp_path / "run.yaml", "--max-shard-size", "64KiB",
+        "--base-model-id", "Qwen/Qwen3.5-2B", "--license", "apache-2.0", "--name", "tiny-vl-student",
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "verification: max |logit difference|" in proc.stdout
@@ -62,8 +64,14 @@ def test_release_reloads_with_transformers_and_keeps_every_tensor(tiny_models, v
             "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} <= names
     assert sum(n.endswith(".safetensors") for n in names) > 1  # 64 KiB shards
     assert json.loads((release / "config.json").read_text()) == json.loads((Path(source) / "config.json").read_text())
-    card = (release / "README.md").read_text()
-    assert "| math/accuracy | 0.5 |" in card and "method: dn_mopd" in card
+    card = ModelCard.load(release / "README.md")
+    assert card.data.to_dict() == {"base_model": "Qwen/Qwen3.5-2B", "base_model_relation": "finetune",
+                                   "license": "apache-2.0", "library_name": "transformers",
+                                   "pipeline_tag": "image-text-to-text", "tags": ["dnmopd"]}
+    assert card.text.lstrip().startswith("# tiny-vl-student\n")
+    assert f"Exported from the training checkpoint {vl_checkpoint.name}." in card.text
+    assert "vision tower and the multi-token-prediction head are the base model's, unchanged" in card.text
+    assert "| math/accuracy | 0.5 |" in card.text and "method: dn_mopd" in card.text
     assert not list(tmp_path.glob(".release.tmp*"))
 
     original = load_file(Path(source) / "model.safetensors")
@@ -85,6 +93,12 @@ def test_failed_verification_leaves_no_folder(vl_checkpoint, tmp_path):
     proc = _convert("--checkpoint", vl_checkpoint, "--output", release, "--tokenizer", tokenizer, "--tolerance", "-1")
     assert proc.returncode != 0 and "release verification failed" in proc.stderr
     assert not release.exists() and not list(tmp_path.glob(".release.tmp*"))
+
+
+def test_a_local_path_as_base_model_id_is_refused(vl_checkpoint, tmp_path):
+    proc = _convert("--checkpoint", vl_checkpoint, "--output", tmp_path / "release", "--base-model-id", tmp_path)
+    assert proc.returncode != 0 and f"base_model: '{tmp_path}' is a local path" in proc.stderr
+    assert not (tmp_path / "release").exists()
 
 
 def test_missing_tokenizer_is_a_clear_error(vl_checkpoint, tmp_path):

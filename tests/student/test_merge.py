@@ -6,12 +6,14 @@ import json
 import math
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 from student_helpers import VOCAB, build_test_tokenizer, probe_ids
 
@@ -121,6 +123,12 @@ def test_merge_matches_float64_reference(vl, tmp_path, method, with_base, lam):
 
     card = (out / "README.md").read_text()
     assert f"method `{method}`" in card and str(vl["experts"][2]) in card
+    # Hub metadata (local inputs have no Hub id: no base_model); files readable as any new file under the umask
+    assert ModelCard.load(out / "README.md").data.to_dict() == {"library_name": "transformers",
+                                                                 "tags": ["dnmopd", "model-merging"]}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()} == {0o666 & ~umask}
     if lam is not None:
         assert "theta_0 + 0.7 * sum_k" in card and "lambda = 0.7" in card
     assert (f"Left out: {NUM_MTP_TENSORS} `mtp.*`" in card) == with_base
