@@ -3,6 +3,7 @@
     model/               megatron-core distributed checkpoint of the student and the optimizer (any TP/PP)
     trainer_state.json   update counter, sampler position, method state (frozen multipliers), LR schedule, ...
     rng/rank_<r>.pt      every rank's python / numpy / torch / CUDA RNG states
+    local/rank_<r>.pt    every rank's own trainer state (the batch collected ahead, train.rollout_ahead 1)
     complete             written last by rank 0: a checkpoint without it is ignored (and removed)
 
 A checkpoint is complete only when its marker exists, so a run killed while saving resumes from the previous
@@ -68,8 +69,10 @@ def _write_json(path: Path, value: dict) -> None:
         json.dump(value, f, indent=1)
 
 
-def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int) -> Path:
-    """Save a complete checkpoint after `update` updates; every rank must call it."""
+def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int,
+         local_state: dict | None = None) -> Path:
+    """Save a complete checkpoint after `update` updates; every rank must call it (`local_state`: this rank's
+    own state, saved with torch.save)."""
     directory = checkpoint_dir(run_dir, update)
     rank = dist.get_rank()
     if rank == 0 and directory.exists():
@@ -80,6 +83,9 @@ def save(run_dir: Path, update: int, student, optimization, trainer_state: dict,
     student.save_checkpoint(directory / "model", extra=optimizer_state, model_state=model_state)
     (directory / "rng").mkdir(exist_ok=True)
     torch.save(_rng_state(), directory / "rng" / f"rank_{rank:05d}.pt")
+    if local_state is not None:
+        (directory / "local").mkdir(exist_ok=True)
+        torch.save(local_state, directory / "local" / f"rank_{rank:05d}.pt")
     dist.barrier()
     if rank == 0:
         _write_json(directory / "trainer_state.json", trainer_state)
@@ -101,6 +107,12 @@ def load(directory: Path, student, optimization) -> dict:
     if rng.is_file():  # absent when resuming on more ranks than saved: those ranks keep their seeded state
         _set_rng_state(torch.load(rng, weights_only=False))
     return json.loads((directory / "trainer_state.json").read_text())
+
+
+def load_local(directory: Path) -> dict | None:
+    """This rank's own state saved by `save` (None when it saved none)."""
+    path = directory / "local" / f"rank_{dist.get_rank():05d}.pt"
+    return torch.load(path, weights_only=False) if path.is_file() else None
 
 
 def _prune(run_dir: Path, keep_last: int) -> None:

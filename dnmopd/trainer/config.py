@@ -18,6 +18,7 @@ from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.trainer.method import MethodConfig
 from dnmopd.trainer.metrics import MetricsLogger
+from dnmopd.trainer.verification import Verification
 
 RUN_MODES = ("opd", "grpo", "sft")
 SAMPLES_PREFIX = "samples:"
@@ -90,10 +91,22 @@ class RolloutConfig:
     engine: Annotated[Choice, Backend(rollout_config_class)]
     """The student's generation engine: {backend: inprocess | sglang | vllm, ...its options}."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed."""
+    """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed. The trainer's log-probs, ratio and
+    advantages use the same tempered distribution (logits / temperature); top_p and top_k truncation, which
+    the loss cannot represent, are refused (keep top_p 1 and top_k -1, as the paper)."""
     verify: bool = False
-    """Judge every response with its domain's rule-based verifier (logged as accuracy/<domain>); always on for
-    GRPO and annealed injection."""
+    """Judge every response with its domain's rule-based verifier (the `verifiers` section; logged as
+    accuracy/<domain>); always on for GRPO and annealed injection."""
+
+    def __post_init__(self):
+        sampling = self.sampling
+        if sampling.temperature <= 0:
+            raise ValueError(f"rollout.sampling.temperature={sampling.temperature}: training needs a sampling "
+                             "distribution (> 0); greedy decoding gives none to take the loss's ratio against")
+        if sampling.top_p != 1 or sampling.top_k != -1:
+            raise ValueError(f"rollout.sampling.top_p={sampling.top_p}, top_k={sampling.top_k}: the trainer's "
+                             "log-probs cannot represent a truncated sampling distribution; use top_p 1 and "
+                             "top_k -1 (the temperature is honoured)")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -155,10 +168,16 @@ class TrainConfig:
     """Padded tokens (sequences x longest sequence) per forward/backward micro-batch."""
     logit_chunk_tokens: int | None = None
     """Tokens per chunk of the fused LM-head kernel (None: sized by the kernel)."""
+    rollout_ahead: int = 0
+    """0: each update trains on a batch its own weights generated (the paper's on-policy loop). 1: the next
+    update's batch is generated (and scored) while this one trains, by the previous weights; the loss then
+    takes its ratio against the generating policy's log-probs (README, "The update loop")."""
 
     def __post_init__(self):
         if self.updates < 1 or self.optimizer_steps_per_update < 1 or self.micro_batch_tokens < 1:
             raise ValueError("train.updates, optimizer_steps_per_update and micro_batch_tokens must be >= 1")
+        if self.rollout_ahead not in (0, 1):
+            raise ValueError(f"train.rollout_ahead must be 0 or 1, got {self.rollout_ahead}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -193,8 +212,6 @@ class GRPOConfig:
     """Keep only prompt groups whose rewards vary (bounded by max_generation_batches)."""
     max_generation_batches: int = 8
     """Most rollout batches drawn per update by dynamic sampling before groups are kept unconditionally."""
-    on_no_verdict: str = "zero"
-    """zero: a response the verifier could not judge gets reward 0 (counted); stop: the update fails."""
     eps_low: float = 0.2
     """PPO clip: ratio >= 1 - eps_low for negative advantages."""
     eps_high: float = 0.2
@@ -203,8 +220,6 @@ class GRPOConfig:
     """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off)."""
 
     def __post_init__(self):
-        if self.on_no_verdict not in ("zero", "stop"):
-            raise ValueError(f"grpo.on_no_verdict must be zero or stop, got {self.on_no_verdict!r}")
         if self.max_generation_batches < 1:
             raise ValueError("grpo.max_generation_batches must be >= 1")
 
@@ -241,6 +256,8 @@ class TrainerConfig:
     """The distillation method: routing, multipliers, injection, loss (opd; routing in sft)."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     """GRPO options (run.mode grpo)."""
+    verifiers: Verification.Config = field(default_factory=Verification.Config)
+    """The rule-based verifiers (math grader, code judge) and what a missing verdict means."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """SeqKD-SFT options (run.mode sft)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -255,6 +272,9 @@ class TrainerConfig:
     def __post_init__(self):
         if self.run.mode in ("opd", "grpo") and self.rollout is None:
             raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
+        if self.run.mode == "sft" and self.train.rollout_ahead:
+            raise ValueError("train.rollout_ahead overlaps the student's rollout with training; run.mode sft has "
+                             "no rollout (set it to 0)")
         if self.method.injection is not None and self.rollout is not None and not self.rollout.verify:
             raise ValueError("method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":

@@ -1,6 +1,6 @@
 """Code verifier: run the response's program on the label's tests in the native sandbox.
 
-``judge(response, label) -> bool | None`` and the pooled :class:`CodeJudge`. True: every test passed;
+``CodeJudge(config).judge(response, label) -> bool | None`` (and its pooled ``submit``). True: every test passed;
 False: a test failed (wrong answer, crash, time or output limit, no program, does not compile); None: no
 verdict, because the sandbox itself failed (never a silent False). A malformed label raises ValueError.
 
@@ -301,16 +301,3 @@ class CodeJudge:
 
     def __exit__(self, *exc):
         self.close()
-
-
-_default_lock = threading.Lock()
-_default: CodeJudge | None = None
-
-
-def judge(response: str, label: str | dict) -> bool | None:
-    """The verdict of one response under the default configuration (see the module docstring)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = CodeJudge()
-    return _default.judge(response, label)

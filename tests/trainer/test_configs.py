@@ -132,7 +132,7 @@ def test_grpo_recipe_values():
     assert (config.rollout.sampling.temperature, config.rollout.sampling.top_p) == (1.0, 1.0)
     assert config.rollout.sampling.max_new_tokens == 8192 and config.data.max_prompt_tokens == 2048
     assert config.grpo.dynamic_sampling and config.grpo.max_generation_batches == 8
-    assert config.grpo.on_no_verdict == "zero" and (config.grpo.eps_low, config.grpo.eps_high) == (0.2, 0.2)
+    assert config.verifiers.on_no_verdict == "wrong" and (config.grpo.eps_low, config.grpo.eps_high) == (0.2, 0.2)
     opt = config.optimizer
     assert (opt.lr, opt.lr_decay_style, opt.lr_warmup_updates) == (1e-6, "constant", 10)
     assert (opt.adam_beta1, opt.adam_beta2, opt.weight_decay, opt.clip_grad) == (0.9, 0.98, 0.1, 1.0)
