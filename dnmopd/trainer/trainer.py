@@ -84,6 +84,10 @@ class Trainer:
 
         self.config = config
         init_distributed()
+        if not torch.cuda.is_available():
+            # megatron's torch.compile'd fusions only cost compile time on a CPU, and compiling while an
+            # in-process rollout generates in another thread (train.rollout_ahead 1) changes its floats
+            torch._dynamo.config.disable = True
         torch.manual_seed(config.run.seed)
         self.dims = config.parallel.build()
         self.rank = dist.get_rank()
@@ -252,15 +256,16 @@ class Trainer:
         staleness = update - collected.policy_version if self.mode.uses_rollout else 0
         phases, metrics = dict(collected.phases), dict(collected.metrics)
 
-        self.progress.phase("train")
+        self.progress.phase("train, next batch generating" if self.pipeline.ahead else "train")
         tick = time.time()
         metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
         phases["train"] = (tick, time.time())
 
         if self.mode.uses_rollout:
-            self.progress.phase("weight sync")
+            self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
             self.pipeline.drain()  # the batch collected ahead must be done before the weights change
+            self.progress.phase("weight sync")
             tick = time.time()
             self._sync_weights(batch, version=update + 1)
             phases["sync"] = (tick, time.time())
