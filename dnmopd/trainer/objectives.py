@@ -153,14 +153,15 @@ class FullVocabReverseKL(_Objective):
         teacher_hidden = _per_token(tokens, mb.teacher_hidden)
         loss = tokens.hidden.sum() * 0.0
         kl = torch.zeros(tokens.rows.shape[0], device=device)
-        for target in targets.unique().tolist():
-            mine = (targets == target).nonzero().squeeze(1)
-            for start in range(0, mine.numel(), self._chunk(target, mine.numel())):
-                part = mine[start: start + self._chunk(target, mine.numel())]
+        for target in targets[mask].unique().tolist():  # tokens of masked responses carry no loss
+            mine = (mask & (targets == target)).nonzero().squeeze(1)
+            step = self._chunk(target, mine.numel())
+            for start in range(0, mine.numel(), step):
+                part = mine[start: start + step]
                 teacher = self._teacher(target, teacher_hidden[part], shard)
                 out = fused_reverse_kl(
                     tokens.hidden[part], shard.weight, torch.arange(part.numel(), device=device), coef[part],
-                    mask=mask[part], num_responses=1, temperature=self.head.temperature,
+                    num_responses=1, temperature=self.head.temperature,
                     tp_group=self.head.tp_group, chunk_size=self.head.chunk_size, **teacher)
                 loss = loss + out.loss
                 kl[part] = out.kl.detach().float()

@@ -49,6 +49,7 @@ from dnmopd.trainer.pipeline import RolloutPipeline
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
 from dnmopd.trainer.update import StudentForward, logp_matrix, sum_metrics
+from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
 
@@ -173,8 +174,6 @@ class Trainer:
         verification = {}
         if verify:
             if self.verification is None:
-                from dnmopd.trainer.verification import Verification
-
                 self.verification = Verification(self.config.verifiers, {p.domain for p in self.prompts.prompts})
             decode = self.tokenizer.tokenizer.decode
             verification = {"verifier": self.verification.verdict, "decode": lambda ids: decode(ids)}
@@ -271,7 +270,8 @@ class Trainer:
             phases["sync"] = (tick, time.time())
         metrics.update(phase_metrics(phases))
         reduced = reduce_metrics(metrics, self.metric_table, self.dims.dp_group)
-        reduced["rollout/staleness"] = float(staleness)
+        if self.mode.uses_rollout:
+            reduced["rollout/staleness"] = float(staleness)
         reduced["throughput/tokens_per_s"] = reduced.get("response_tokens", 0.0) / (time.time() - started)
         return reduced
 
@@ -303,9 +303,11 @@ class Trainer:
     def _sync_weights(self, batch: TrainBatch | None, *, version: int) -> None:
         """Send the weights after `version` updates to the rollout engine and verify them with a probe sequence.
         An in-process engine is each leader's own; server engines are shared by all data-parallel replicas, so
-        only the first one updates them and every rank waits for it."""
-        self.pipeline.weights_updated(version)  # refused while a batch is being collected
+        only the first one updates them, once every replica's batch is complete, and every rank waits for it."""
+        self.pipeline.weights_updated(version)  # refused while this rank's batch is being collected
         shared = self.config.rollout.engine.backend != "inprocess"
+        if shared:
+            dist.barrier()
         if not shared or self.dp_rank == 0:
             self._send_weights(batch)
         if shared:

@@ -18,8 +18,8 @@ A mode sees the run only through its `ModeContext` (`dnmopd.trainer.context`). P
     objective(counts)                -> the per-micro-batch loss of one optimizer step (`objectives`).
 
 Metrics are this rank's `{name: value}` dicts, reduced by name by the loop; every name a mode reports is
-declared in its `metrics` table (`metric_table`). A new mode is one file: a subclass registered in
-`MODES` below.
+declared in its `metrics` table (`metric_table`). A new mode is one file: a subclass, named in `mode_class`
+below and in `config.RUN_MODES`.
 """
 
 from __future__ import annotations
