@@ -98,16 +98,6 @@ class RolloutConfig:
     """Judge every response with its domain's rule-based verifier (the `verifiers` section; logged as
     accuracy/<domain>); always on for GRPO and annealed injection."""
 
-    def __post_init__(self):
-        sampling = self.sampling
-        if sampling.temperature <= 0:
-            raise ValueError(f"rollout.sampling.temperature={sampling.temperature}: training needs a sampling "
-                             "distribution (> 0); greedy decoding gives none to take the loss's ratio against")
-        if sampling.top_p != 1 or sampling.top_k != -1:
-            raise ValueError(f"rollout.sampling.top_p={sampling.top_p}, top_k={sampling.top_k}: the trainer's "
-                             "log-probs cannot represent a truncated sampling distribution; use top_p 1 and "
-                             "top_k -1 (the temperature is honoured)")
-
 
 @dataclass(kw_only=True, slots=True)
 class TeachersConfig:
@@ -272,6 +262,15 @@ class TrainerConfig:
     def __post_init__(self):
         if self.run.mode in ("opd", "grpo") and self.rollout is None:
             raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
+        if self.run.mode in ("opd", "grpo"):
+            sampling = self.rollout.sampling
+            if sampling.temperature <= 0:
+                raise ValueError(f"rollout.sampling.temperature={sampling.temperature}: training needs a sampling "
+                                 "distribution (> 0); greedy decoding gives none to take the loss's ratio against")
+            if sampling.top_p != 1 or sampling.top_k != -1:
+                raise ValueError(f"rollout.sampling.top_p={sampling.top_p}, top_k={sampling.top_k}: the trainer's "
+                                 "log-probs cannot represent a truncated sampling distribution; use top_p 1 and "
+                                 "top_k -1 (the temperature is honoured)")
         if self.run.mode == "sft" and self.train.rollout_ahead:
             raise ValueError("train.rollout_ahead overlaps the student's rollout with training; run.mode sft has "
                              "no rollout (set it to 0)")

@@ -275,6 +275,26 @@ def test_a_bad_value_names_where_it_was_set():
              overrides=["method.routing.teachers=[math_teacher, code_teacher]"])
 
 
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.sampling.temperature=0", r"rollout.sampling.temperature=0.0: training needs a sampling distribution"),
+    ("rollout.sampling.top_p=0.9", r"rollout.sampling.top_p=0.9, top_k=-1: the trainer's log-probs cannot"),
+    ("rollout.sampling.top_k=20", r"top_k=20: the trainer's log-probs cannot represent a truncated"),
+    ("train.rollout_ahead=2", r"train.rollout_ahead must be 0 or 1, got 2"),
+    ("verifiers.on_no_verdict=zero", r"verifiers.on_no_verdict must be one of \('wrong', 'stop'\)"),
+])
+def test_what_the_loss_cannot_represent_is_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load("recipes/student_opd", "models/tiny", "methods/dn_mopd", overrides=[override])
+
+
+def test_overlapped_rollout_needs_a_rollout():
+    config = load("recipes/student_opd", "models/tiny", "methods/dn_mopd", overrides=["train.rollout_ahead=1",
+                                                                                      "rollout.sampling.temperature=0.7"])
+    assert config.train.rollout_ahead == 1 and config.rollout.sampling.temperature == 0.7
+    with pytest.raises(ConfigError, match="run.mode sft has no rollout"):
+        load("recipes/seqkd_sft", "models/tiny", overrides=["train.rollout_ahead=1"])
+
 # ------------------------------------------------------------------------------------------- server overlay
 def overlay_tool():
     spec = importlib.util.spec_from_file_location("servers_overlay", REPO / "launch" / "slurm" / "servers_overlay.py")
