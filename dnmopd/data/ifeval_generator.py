@@ -9,6 +9,9 @@ Each prompt is a base task (a form filled with a topic) followed by one to three
     - <instruction 1>
     - <instruction 2>
 
+Labels, instruction sentences and this layout are the release's (``teacher/if_train.jsonl``); the forms, topics
+and pairing rules are our own, so the prompts themselves differ from the released ones.
+
 Everything is drawn from one ``random.Random(seed)``, so ``generate(n, seed)`` is a pure function of its
 arguments. Pairs of types that cannot hold together (or make the task degenerate) are never combined; a
 constraint set is never satisfied by an empty answer; exact duplicate prompts are rejected.
@@ -67,7 +70,12 @@ _EXCLUSIVE = {
 
 
 def _quoted_words(values: list[str]) -> str:
-    return " and ".join(f'the word "{v}"' for v in values)
+    return ", ".join(f'the word "{v}"' for v in values)
+
+
+def _letters(values: list[str]) -> str:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return f"the letter {quoted}" if len(values) == 1 else f"the letters {quoted}"
 
 
 # type -> (parameter sampler (rng, base task) -> params, instruction renderer params -> text)
@@ -79,11 +87,11 @@ _SPECS: dict[str, tuple[Callable[[random.Random, str], dict], Callable[..., str]
     "sentence_count": (lambda rng, _: {"n": rng.choice((2, 3, 4, 5))},
                        lambda n: f"Answer in exactly {n} sentences."),
     "bullet_count": (lambda rng, _: {"n": rng.choice((2, 3, 4))},
-                     lambda n: f"Use exactly {n} bullet points, each starting with '- '."),
+                     lambda n: f"Answer as exactly {n} bullet points, each starting with '- '."),
     "numbered_count": (lambda rng, _: {"n": rng.choice((2, 3, 4))},
-                       lambda n: f"Use exactly {n} numbered items, like '1. '."),
+                       lambda n: f"Answer as exactly {n} numbered items, like '1. '."),
     "paragraph_count": (lambda rng, _: {"n": rng.choice((2, 3, 4))},
-                        lambda n: f"Write exactly {n} paragraphs separated by a blank line."),
+                        lambda n: f"Answer in exactly {n} paragraphs separated by a blank line."),
     "highlight_count": (lambda rng, _: {"n": rng.choice((1, 2, 3))},
                         lambda n: f"Highlight at least {n} sections using **double asterisks**."),
     "placeholder_count": (lambda rng, _: {"n": rng.choice((1, 2, 3))},
@@ -92,8 +100,8 @@ _SPECS: dict[str, tuple[Callable[[random.Random, str], dict], Callable[..., str]
                      lambda values: f"Your answer must contain {_quoted_words(values)}."),
     "must_exclude": (lambda rng, _: {"values": rng.sample(KEYWORDS, rng.choice((1, 2)))},
                      lambda values: f"Your answer must not contain {_quoted_words(values)}."),
-    "forbidden_chars": (lambda rng, _: {"value": rng.choice(("e", "a", "z"))},
-                        lambda value: f"Do not use the letter '{value}' anywhere."),
+    "forbidden_chars": (lambda rng, _: {"values": [rng.choice(("e", "a", "z"))]},
+                        lambda values: f"Do not use {_letters(values)} anywhere."),
     "all_caps": (lambda rng, _: {}, lambda: "Write your entire answer in capital letters."),
     "all_lowercase": (lambda rng, _: {}, lambda: "Write your entire answer in lowercase letters only."),
     "starts_with": (lambda rng, _: {"value": rng.choice(STARTS)},
@@ -128,7 +136,7 @@ def instruction(spec: dict) -> str:
 
 
 def render_prompt(base: str, constraints: list[dict]) -> str:
-    lines = "".join(f"- {instruction(spec)}\n" for spec in constraints)
+    lines = "\n".join(f"- {instruction(spec)}" for spec in constraints)
     return f"{base}\n\nFollow ALL of these requirements exactly:\n{lines}"
 
 

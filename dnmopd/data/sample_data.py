@@ -1,7 +1,8 @@
 """The embedded sample data (``data/samples`` in the repository, ``dnmopd/data/samples`` when installed).
 
 Four small files in the release schema (16 math + 16 code + 16 IF student rows; 32 / 24 / 40 teacher-pool
-rows) and their ``MANIFEST.json``: the default dataset of the CPU demo and of the tests.
+rows; the IF rows are released rows) and their ``MANIFEST.json``: the default dataset of the CPU demo and of
+the tests.
 """
 
 from __future__ import annotations

@@ -10,16 +10,23 @@ Every line is one JSON object with exactly these keys, in this order::
 
 Errors name the file, the line (1-based) and the field. ``validate_file`` either stops at the first bad row
 (``on_error="fail"``) or skips bad rows and lists every one of them in its report (``"skip"``).
+
+Besides the schema, a row must survive the trip through ``datasets`` (Arrow) and the verifiers: a line that is
+not UTF-8, a string holding a lone surrogate (``"\\ud800"``), a key repeated in one JSON object (of the row or
+of its label) and a ``src_index`` beyond 64 bits are refused here, with their field, instead of crashing later.
+Labels are parsed as their verifiers parse them (``ifeval.parse_constraints``, ``code.parse_label``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from dnmopd.verifiers.code import parse_label
 from dnmopd.verifiers.ifeval import ConstraintError, UnknownConstraintError, parse_constraints
 
 ROW_KEYS = ("prompt", "label", "domain", "teacher", "metadata")
@@ -27,6 +34,12 @@ METADATA_KEYS = ("domain", "data_source", "src_index")
 DOMAINS = ("math", "code", "ifeval")
 PROMPT_FORMATS = ("messages", "text")
 ON_ERROR = ("fail", "skip")
+MAX_SRC_INDEX = 2**63 - 1
+"""Arrow stores ``src_index`` as int64."""
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""Decoded JSON holds a surrogate only where its text has such an escape (UTF-8 cannot encode one)."""
 
 
 class RowError(ValueError):
@@ -41,6 +54,57 @@ class _FieldError(Exception):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(problem)
         self.field, self.problem = field, problem
+
+
+class _RepeatedKeys(dict):
+    """A decoded JSON object in which a key occurred more than once (``json`` would keep the last value)."""
+
+    repeated: list[str]
+
+
+def _child(parent: str, key: str) -> str:
+    return f"{parent}.{key}" if parent else key
+
+
+def _check_decoded(value: object, where: str) -> None:
+    """Refuse repeated keys and lone surrogates anywhere in a decoded JSON value; ``where`` names its field."""
+    if isinstance(value, str):
+        if _LONE_SURROGATE.search(value):
+            raise _FieldError(where or "<row>", "holds a lone surrogate (\\ud800-\\udfff): not valid Unicode text")
+    elif isinstance(value, dict):
+        if isinstance(value, _RepeatedKeys):
+            raise _FieldError(_child(where, value.repeated[0]), "key repeated in one JSON object")
+        for key, item in value.items():
+            _check_decoded(key, where)
+            _check_decoded(item, _child(where, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_decoded(item, f"{where}[{i}]")
+
+
+def _decode(text: str, where: str, what: str) -> object:
+    """Strict JSON: no repeated keys, no lone surrogates (errors name ``where``)."""
+    repeated = []
+
+    def make_object(pairs: list[tuple[str, object]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) == len(pairs):
+            return obj
+        keys = [key for key, _ in pairs]
+        marked = _RepeatedKeys(obj)
+        marked.repeated = sorted({key for key in keys if keys.count(key) > 1})
+        repeated.append(marked)
+        return marked
+
+    try:
+        value = json.loads(text, object_pairs_hook=make_object)
+        if repeated or ("\\u" in text and _SURROGATE_ESCAPE.search(text)):  # else nothing to find: no walk
+            _check_decoded(value, "" if where == "<line>" else where)
+    except ValueError as exc:
+        raise _FieldError(where, f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _FieldError(where, f"{what} is nested too deeply") from None
+    return value
 
 
 def _keys(obj: dict, expected: tuple[str, ...], prefix: str) -> None:
@@ -70,36 +134,19 @@ def _check_prompt(prompt: object, prompt_format: str) -> None:
         raise _FieldError("prompt[0].content", "must be a non-empty string")
 
 
-def check_code_label(label: str) -> dict:
-    """Parse a code label: JSON with ``inputs``/``outputs`` lists of equal, non-zero length (+ ``fn_name``)."""
-    try:
-        tests = json.loads(label)
-    except ValueError as exc:
-        raise _FieldError("label", f"code label is not valid JSON: {exc}") from None
-    if not isinstance(tests, dict):
-        raise _FieldError("label", "code label must be a JSON object with 'inputs' and 'outputs'")
-    for key in ("inputs", "outputs"):
-        if not isinstance(tests.get(key), list):
-            raise _FieldError(f"label.{key}", "must be a list")
-    if not tests["inputs"]:
-        raise _FieldError("label.inputs", "must not be empty")
-    if len(tests["inputs"]) != len(tests["outputs"]):
-        raise _FieldError("label.outputs", f"has {len(tests['outputs'])} entries for {len(tests['inputs'])} inputs")
-    if "fn_name" in tests and (not isinstance(tests["fn_name"], str) or not tests["fn_name"]):
-        raise _FieldError("label.fn_name", "must be a non-empty string")
-    return tests
-
-
 def _check_label(label: object, domain: str) -> None:
     if not isinstance(label, str):
         raise _FieldError("label", f"must be a string, got {type(label).__name__}")
     if domain == "math" and not label.strip():
         raise _FieldError("label", "math answer is empty")
     if domain == "code":
-        check_code_label(label)
+        try:
+            parse_label(_decode(label, "label", "code label"))
+        except ValueError as exc:  # what the code verifier cannot use
+            raise _FieldError("label", str(exc)) from None
     if domain == "ifeval":
         try:
-            parse_constraints(label)
+            parse_constraints(_decode(label, "label", "IF label"))
         except (ConstraintError, UnknownConstraintError) as exc:
             raise _FieldError("label", str(exc)) from None
 
@@ -113,8 +160,8 @@ def _check_metadata(metadata: object, domain: str) -> None:
     if not isinstance(metadata["data_source"], str) or not metadata["data_source"]:
         raise _FieldError("metadata.data_source", "must be a non-empty string")
     index = metadata["src_index"]
-    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-        raise _FieldError("metadata.src_index", f"must be a non-negative integer, got {index!r}")
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index <= MAX_SRC_INDEX:
+        raise _FieldError("metadata.src_index", f"must be an integer from 0 to 2**63 - 1, got {index!r}")
 
 
 def check_row(row: object, prompt_format: str = "messages") -> dict:
@@ -133,14 +180,16 @@ def check_row(row: object, prompt_format: str = "messages") -> dict:
     return row
 
 
-def parse_line(text: str, path: str, line: int, prompt_format: str = "messages") -> dict:
-    """Decode and validate one JSONL line; raises ``RowError``."""
+def parse_line(data: bytes | str, path: str, line: int, prompt_format: str = "messages") -> dict:
+    """Decode and validate one JSONL line (bytes as read from the file, or text); raises ``RowError``."""
     try:
-        try:
-            row = json.loads(text)
-        except ValueError as exc:
-            raise _FieldError("<line>", f"not valid JSON: {exc}") from None
-        return check_row(row, prompt_format)
+        if isinstance(data, bytes):
+            try:
+                data = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = data[exc.start:exc.end]
+                raise _FieldError("<line>", f"not valid UTF-8: byte {exc.start} ({bad!r}): {exc.reason}") from None
+        return check_row(_decode(data, "<line>", "the line"), prompt_format)
     except _FieldError as exc:
         raise RowError(path, line, exc.field, exc.problem) from None
 
@@ -172,10 +221,10 @@ def iter_rows(path: str | os.PathLike, *, prompt_format: str = "messages", on_er
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     report = report if report is not None else ValidationReport(str(path))
-    with open(path, encoding="utf-8") as handle:
-        for number, text in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, data in enumerate(handle, start=1):
             try:
-                row = parse_line(text, str(path), number, prompt_format)
+                row = parse_line(data, str(path), number, prompt_format)
             except RowError as exc:
                 if on_error == "fail":
                     raise

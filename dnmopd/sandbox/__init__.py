@@ -3,7 +3,8 @@
 
 - :func:`run` runs one command under :class:`Limits` and returns a :class:`SandboxResult` (exit status,
   signal, which limit fired, CPU and wall time, peak memory, stdout/stderr cut at the output limit).
-- :func:`run_python` runs a Python program as a script or calls one of its functions.
+- :func:`run_python` runs a Python program (in the minimal view of :class:`PythonRuntime`) as a script, by
+  calling one of its functions, or as the paper's judge did; :func:`records` reads the per-test results.
 - :func:`isolation_level` / :func:`probe` tell which isolation this machine gives (``ISOLATION_LEVELS``).
 
 :class:`SandboxError` means the program could not be run at all; :class:`SandboxNotInstalledError` that
@@ -11,7 +12,7 @@ the executable is missing.
 """
 
 from dnmopd.sandbox.executable import SandboxError, SandboxNotInstalledError, sandbox_executable
-from dnmopd.sandbox.python import COMPILE_ERROR_EXIT, PRELUDE, PythonRuntime, run_python
+from dnmopd.sandbox.python import COMPILE_ERROR_EXIT, PRELUDE, Opaque, PythonRuntime, Record, records, run_python
 from dnmopd.sandbox.runner import (
     ISOLATION_LEVELS,
     Limits,
@@ -24,7 +25,7 @@ from dnmopd.sandbox.runner import (
 )
 
 __all__ = [
-    "COMPILE_ERROR_EXIT", "ISOLATION_LEVELS", "PRELUDE", "Limits", "Probe", "PythonRuntime", "SandboxError",
-    "SandboxNotInstalledError", "SandboxResult", "isolation_level", "isolation_rank", "probe", "run",
-    "run_python", "sandbox_executable",
+    "COMPILE_ERROR_EXIT", "ISOLATION_LEVELS", "PRELUDE", "Limits", "Opaque", "Probe", "PythonRuntime", "Record",
+    "SandboxError", "SandboxNotInstalledError", "SandboxResult", "isolation_level", "isolation_rank", "probe",
+    "records", "run", "run_python", "sandbox_executable",
 ]

@@ -1,127 +1,241 @@
-"""Run a Python program in the sandbox: as a script on stdin, or by calling one of its functions.
+"""Run a Python program in the sandbox, with only the standard library in view.
 
-A small harness (our code) runs inside the sandbox next to the program. It compiles the program (a syntax
-error exits with ``COMPILE_ERROR_EXIT``), optionally executes ``PRELUDE`` first (the stdlib imports the
-reference judge puts in front of every program, so that programs relying on them, e.g. using ``deque``
-without importing it, behave as they did there), then runs the program as ``__main__``. In call mode it
-reads ``{"fn_name", "args"}`` from stdin *before* the program runs, calls ``Solution().<fn_name>`` (when the
-program defines ``class Solution``) or the module-level ``<fn_name>``, and writes the JSON of the return
-value to the original stdout, which the program itself cannot write to (its prints go to /dev/null). A
-first argument that is a JSON object with integer-like keys gets integer keys back (APPS/TACO labels).
+:class:`PythonRuntime` is an interpreter's minimal view: the base interpreter (never a virtual
+environment's), its standard library without ``site-packages`` (and without the stdlib's own test suite,
+IDLE, tkinter, turtledemo and ensurepip), the shared libraries it and its extension modules load, the
+loader's cache, ``/etc/localtime``; optionally some installed distributions (``packages``), importable by
+name while the directory they live in stays hidden. No project package or its data is in view.
+
+:func:`run_python` runs a program through the harness (``dnmopd/sandbox/harness.py``): as a script on stdin,
+or, in call and paper modes, in a child of the harness that reports each test's result over a channel
+the program cannot write (see the harness); :func:`records` reads those results back.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from dnmopd.sandbox import harness
+from dnmopd.sandbox.harness import COMPILE_ERROR_EXIT, PRELUDE
 from dnmopd.sandbox.runner import DEFAULT_LIMITS, Limits, SandboxResult, run
 
-COMPILE_ERROR_EXIT = 90
-"""Exit status of the harness when the program does not compile (nothing of it ran)."""
+__all__ = ["COMPILE_ERROR_EXIT", "PRELUDE", "Opaque", "PythonRuntime", "Record", "records", "run_python"]
 
-PRELUDE = """\
-from string import *
-from re import *
-from datetime import *
-from collections import *
-from heapq import *
-from bisect import *
-from copy import *
-from math import *
-from random import *
-from statistics import *
-from itertools import *
-from functools import *
-from operator import *
-from io import *
-from sys import *
-from json import *
-from builtins import *
-from typing import *
-import string, re, datetime, collections, heapq, bisect, copy, math, random, statistics, itertools
-import functools, operator, io, sys, json
-sys.setrecursionlimit(600000)
-"""
+_STDLIB_HIDDEN = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip")
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+_LIBRARY = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 
-_HARNESS = """\
-import builtins, json, os, sys, types
-mode, use_prelude = sys.argv[1], sys.argv[2] == "1"
-request = json.loads(sys.stdin.read()) if mode == "call" else None
-if mode == "call":
-    result_fd = os.dup(1)
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-with open("solution.py", encoding="utf-8", errors="replace") as f:
-    source = f.read()
-try:
-    code = compile(source, "solution.py", "exec")
-except (SyntaxError, ValueError) as error:
-    print(f"{type(error).__name__}: {error}", file=sys.stderr)
-    sys.exit(COMPILE_ERROR_EXIT)
-module = types.ModuleType("__main__")
-module.__dict__.update(__file__="solution.py", __builtins__=builtins)
-sys.modules["__main__"] = module
-sys.argv = ["solution.py"]
-if use_prelude:
-    exec(PRELUDE, module.__dict__)
-exec(code, module.__dict__)
-if mode == "call":
-    solution = module.__dict__.get("Solution")
-    target = getattr(solution(), request["fn_name"]) if "class Solution" in source and solution else \\
-        module.__dict__[request["fn_name"]]
-    args = request["args"]
-    if args and isinstance(args[0], dict) and all(k.lstrip("-").isdigit() for k in args[0]):
-        args[0] = {int(k): v for k, v in args[0].items()}  # JSON turned integer keys into strings
-    payload = json.dumps(target(*args))
-    sys.stdout.flush()
-    os.write(result_fd, payload.encode())
+_QUERY = """\
+import json, os, sys, sysconfig
+found = {}
+for name in sys.argv[1:]:
+    from importlib import metadata
+    try:
+        dist = metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        found[name] = None
+        continue
+    tops = {f.parts[0] for f in dist.files or () if f.parts and f.parts[0] not in ("..", "__pycache__")}
+    found[name] = [str(dist.locate_file(top)) for top in sorted(tops) if not top.endswith((".dist-info", ".egg-info"))]
+print(json.dumps({"executable": getattr(sys, "_base_executable", None) or sys.executable,
+                  "stdlib": [os.path.dirname(os.__file__)],
+                  "dynload": sysconfig.get_config_var("DESTSHARED"), "packages": found}))
 """
 
 
 @dataclass(frozen=True, slots=True)
 class PythonRuntime:
-    """An interpreter and the host paths it needs inside the sandbox (its prefixes, read-only)."""
+    """An interpreter and the view its programs get (see the module docstring)."""
 
     executable: str
+    """The base interpreter that runs the programs."""
     read_only: tuple[str, ...]
+    """Host paths visible read-only."""
+    hidden: tuple[str, ...]
+    """Directories masked inside them."""
+    packages: tuple[tuple[str, str], ...] = ()
+    """(import name, path) of each exposed package or module."""
+    harness: bytes = b""
+    """The harness compiled by this interpreter (a ``.pyc``), so that no run compiles it again."""
 
     @staticmethod
     @functools.cache
-    def of(executable: str | None = None) -> PythonRuntime:
-        """The runtime of ``executable`` (default: the interpreter running dnmopd). The interpreter is
-        asked for its prefixes once; that runs only the interpreter, never a program under test."""
+    def of(executable: str | None = None, packages: tuple[str, ...] = ()) -> PythonRuntime:
+        """The view of ``executable`` (default: the interpreter running dnmopd) with the distributions
+        ``packages`` of that interpreter's environment. Only the trusted interpreter and ``ldd`` run here
+        (once per process and arguments), never a program under test."""
         executable = executable or sys.executable
-        query = "import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix]))"
+        refused = [name for name in packages if re.sub(r"[-_.]+", "-", name).lower() == "dnmopd"]
+        if refused:
+            raise ValueError("the sandbox's Python may not import dnmopd: its package data holds the labels")
         try:
-            prefixes = json.loads(subprocess.run([executable, "-I", "-c", query], capture_output=True,
-                                                 check=True, timeout=60).stdout)
+            info = json.loads(subprocess.run([executable, "-I", "-c", _QUERY, *packages], capture_output=True,
+                                             check=True, timeout=60).stdout)
         except (OSError, subprocess.SubprocessError, ValueError) as error:
             raise ValueError(f"cannot use {executable!r} as the sandbox's Python: {error}") from error
-        paths = {os.path.realpath(p) for p in prefixes} | {os.path.dirname(os.path.realpath(executable))}
-        return PythonRuntime(executable, tuple(sorted(paths)))
+        missing = [name for name, paths in info["packages"].items() if paths is None]
+        if missing:
+            raise ValueError(f"{executable}: no installed distribution {', '.join(missing)} to expose")
+        base = os.path.realpath(info["executable"])
+        stdlib = [os.path.realpath(path) for path in info["stdlib"]]
+        exposed = [os.path.realpath(path) for paths in info["packages"].values() for path in paths]
+        native = [str(path) for directory in [info["dynload"], *exposed] if directory and os.path.isdir(directory)
+                  for path in Path(directory).rglob("*.so")] + [path for path in exposed if path.endswith(".so")]
+        hidden = [f"{root}/{name}" for root in stdlib for name in _STDLIB_HIDDEN if os.path.isdir(f"{root}/{name}")]
+        read_only = {base, *stdlib, *exposed, *_libraries([base, *native])}
+        read_only |= {path for path in _SYSTEM_FILES if os.path.exists(path)}
+        names = tuple((_import_name(path), path) for path in exposed if _import_name(path))
+        return PythonRuntime(base, tuple(sorted(read_only)), tuple(sorted(hidden)), names, _compiled_harness(base))
 
 
-def _harness_source() -> str:
-    return (f"COMPILE_ERROR_EXIT = {COMPILE_ERROR_EXIT}\nPRELUDE = {PRELUDE!r}\n" + _HARNESS)
+_COMPILE = ("import importlib.util, marshal, sys\n"
+            "code = compile(sys.stdin.read(), 'harness.py', 'exec')\n"
+            "sys.stdout.buffer.write(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(code))\n")
 
 
-def run_python(source: str, *, stdin: str = "", call: tuple[str, list] | None = None,
-               limits: Limits = DEFAULT_LIMITS, runtime: PythonRuntime | None = None, prelude: bool = True,
-               isolation: str = "auto") -> SandboxResult:
-    """Run ``source`` as a script reading ``stdin``, or, with ``call=(fn_name, args)``, call its function.
+def _compiled_harness(executable: str) -> bytes:
+    """``harness.py`` as a ``.pyc`` of ``executable`` (magic number, 12 header bytes, the code object)."""
+    try:
+        return subprocess.run([executable, "-I", "-S", "-c", _COMPILE], input=Path(harness.__file__).read_bytes(),
+                              capture_output=True, check=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ValueError(f"cannot compile the sandbox harness with {executable!r}: {error}") from error
 
-    In call mode the result's stdout is the JSON of the return value (empty if the call failed).
+
+def _import_name(path: str) -> str | None:
+    """The module a distribution's top-level entry provides (``numpy.libs`` and the like provide none)."""
+    name = os.path.basename(path).split(".")[0]
+    if os.path.isdir(path):
+        return name if "." not in os.path.basename(path) and name.isidentifier() else None
+    return name if name.isidentifier() and path.endswith((".py", ".so")) else None
+
+
+def _libraries(binaries: list[str]) -> set[str]:
+    """The shared libraries (and the loader) that ``binaries`` load, as ``ldd`` resolves them."""
+    try:
+        listing = subprocess.run(["ldd", *binaries], capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        raise ValueError(f"cannot list the interpreter's shared libraries with ldd: {error}") from error
+    return {match.group(1) for match in _LIBRARY.finditer(listing)}
+
+
+def run_python(source: str, *, mode: str = "script", stdin: str = "", tests: list | None = None,
+               fn_name: str | None = None, limits: Limits = DEFAULT_LIMITS, runtime: PythonRuntime | None = None,
+               prelude: bool = True, isolation: str = "auto") -> SandboxResult:
+    """Run ``source`` in the sandbox through the harness.
+
+    ``mode="script"``: as ``__main__`` reading ``stdin``. ``mode="call"``: its function ``fn_name`` is called
+    with each argument list of ``tests``. ``mode="paper"``: as the paper's judge runs it, all ``tests`` in one
+    process (argument lists with ``fn_name``, input texts without). In call and paper modes the results are
+    :func:`records` of the returned :class:`SandboxResult`. ``prelude`` executes ``PRELUDE`` first.
     """
+    if mode not in ("script", "call", "paper"):
+        raise ValueError(f"run_python: unknown mode {mode!r} (script, call or paper)")
+    if mode == "call" and not fn_name:
+        raise ValueError("run_python: mode='call' needs fn_name")
     runtime = runtime or PythonRuntime.of()
-    mode = "call" if call else "script"
-    data = json.dumps({"fn_name": call[0], "args": call[1]}) if call else stdin
-    command = [runtime.executable, "-I", "-B", "harness.py", mode, "1" if prelude else "0"]
-    files = {"harness.py": _harness_source(), "solution.py": source}
-    env = {"PYTHONIOENCODING": "utf-8", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
-    return run(command, limits=limits, stdin=data, files=files, read_only=runtime.read_only, env=env,
+    request = {"mode": mode, "prelude": prelude, "fn_name": fn_name, "tests": tests or [],
+               "packages": dict(runtime.packages), "output_bytes": limits.output_bytes}
+    files = {"harness.pyc": runtime.harness, "solution.py": _source_bytes(source), "request.json": json.dumps(request)}
+    command = [runtime.executable, "-I", "-S", "-B", "-X", "utf8", "harness.pyc", "request.json"]
+    env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return run(command, limits=limits, stdin=stdin if mode == "script" else "", files=files,
+               read_only=runtime.read_only, hidden=runtime.hidden, system_paths=False, env=env,
                isolation=isolation)
+
+
+def _source_bytes(source: str) -> bytes:
+    """A response may hold lone surrogates; they cannot be UTF-8 and become U+FFFD."""
+    return source.encode("utf-8", "replace") if isinstance(source, str) else bytes(source)
+
+
+@dataclass(frozen=True, slots=True)
+class Opaque:
+    """A returned value of no plain data type; equal to nothing (not even another Opaque)."""
+
+    type_name: str
+
+    def __eq__(self, other) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One test's result from the harness: ``kind`` is ``value`` (``value`` holds the decoded return
+    value), ``stdout`` (``text`` is the captured output), ``error`` (``text`` says why the test ended) or
+    ``forged`` (the program wrote into the result channel; nothing after it counts)."""
+
+    index: int
+    kind: str
+    value: object = None
+    text: str = ""
+
+
+def records(result: SandboxResult) -> list[Record]:
+    """The harness's records, in order; an unreadable line ends the list with a ``forged`` record (the
+    channel carries only what the harness wrote, so that is a program that broke it, e.g. by killing it)."""
+    found, lines = [], result.stdout_data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    for line in lines:
+        try:
+            index, kind, payload = line.split(b" ", 2)
+            data = json.loads(payload)
+            found.append(_record(int(index), kind.decode("ascii"), data))
+        except (ValueError, RecursionError, TypeError, UnicodeDecodeError, MemoryError) as error:
+            found.append(Record(len(found), "forged", text=f"unreadable result line ({type(error).__name__})"))
+            break
+        if found[-1].index != len(found) - 1:
+            found[-1] = Record(len(found) - 1, "forged", text="results out of order")
+            break
+    return found
+
+
+def _record(index: int, kind: str, data) -> Record:
+    if kind == "value":
+        return Record(index, kind, value=decode(data))
+    if kind in ("stdout", "error", "forged") and isinstance(data, str):
+        return Record(index, kind, text=data)
+    raise ValueError(f"record kind {kind!r}")
+
+
+def decode(data, depth: int = 0):
+    """The Python value of ``harness.value_encoder``'s data; a ValueError for anything it cannot have written."""
+    if depth > harness.MAX_DEPTH + 1:
+        raise ValueError("nested too deeply")
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    if isinstance(data, list):
+        return [decode(item, depth + 1) for item in data]
+    if not isinstance(data, dict) or len(data) != 1:
+        raise ValueError("not an encoded value")
+    (tag, inner), = data.items()
+    if tag == "H" and isinstance(inner, str):
+        return int(inner, 16)
+    if tag == "O" and isinstance(inner, str):
+        return Opaque(inner)
+    if tag == "B" and isinstance(inner, str):
+        return base64.b64decode(inner, validate=True)
+    if not isinstance(inner, list):
+        raise ValueError(f"tag {tag!r}")
+    items = [decode(item, depth + 1) for item in inner]
+    if tag == "T":
+        return tuple(items)
+    if tag == "S":
+        return set(items)
+    if tag == "F":
+        return frozenset(items)
+    if tag == "D" and all(isinstance(pair, list) and len(pair) == 2 for pair in items):
+        return dict(items)
+    raise ValueError(f"tag {tag!r}")

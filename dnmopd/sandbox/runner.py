@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import subprocess
@@ -14,11 +16,13 @@ from dnmopd.sandbox.executable import SandboxError, sandbox_executable
 
 ISOLATION_LEVELS = ("namespaces", "landlock", "seccomp")
 """Strongest first. ``namespaces``: user, pid, mount, net, ipc, uts and cgroup namespaces with a private,
-read-only root (only the system's and the interpreter's files, a private /proc, a size-limited /tmp),
-plus rlimits and a seccomp filter. ``landlock``: no namespaces; Landlock lets the program read only those
-same paths and write only its temporary directory, and (kernel >= 6.12) not signal outside processes; plus
-rlimits and seccomp. ``seccomp``: rlimits and seccomp only; a root caller's program runs as a private uid,
-an unprivileged caller's program runs as the caller and can read what the caller can."""
+read-only root (only the paths of the run's view, hidden directories empty, a private /proc, a size-limited
+tmpfs /tmp), plus rlimits and a seccomp filter. ``landlock``: no namespaces; Landlock lets the program read
+only the view's paths (names inside hidden directories can be listed, nothing in them read) and write only
+its temporary directory (whose size is sampled), and (kernel >= 6.12) not signal outside processes; plus
+rlimits and seccomp. ``seccomp``: rlimits and seccomp only; no path is confined or hidden; a root caller's
+program runs as a private uid, an unprivileged caller's program runs as the caller and can read what the
+caller can."""
 
 _SETUP_GRACE_S = 45.0  # the executable's own setup timeout (30 s) plus margin
 
@@ -50,7 +54,9 @@ class Limits:
     output_bytes: int = 1 << 20
     """Bytes of stdout and of stderr kept; more output ends the run, limit ``output``."""
     tmp_bytes: int = 64 << 20
-    """Size of the private temporary directory (namespaces level)."""
+    """Size of the private temporary directory, which holds at most one file or directory per 4 KiB of it.
+    Namespaces level: a tmpfs of that size (writes fail with ENOSPC). Other levels: its files, and the files
+    the program holds open after deleting them, are sampled like the memory: limit ``disk``."""
 
     def __post_init__(self):
         for name in ("cpu_time_s", "wall_time_s"):
@@ -85,21 +91,32 @@ class SandboxResult:
     signal_name: str | None
     limit: str | None
     """The limit that fired: ``wall``, ``cpu``, ``memory`` (all processes together), ``output``,
-    ``file_size``, or None. The per-process memory, process and open-file limits make the program's own
-    calls fail instead (MemoryError, EAGAIN, EMFILE). ``cpu`` and
-    ``file_size`` are seen on processes the sandbox reaps (the first one and orphans); a child the program
-    waits for itself reports through the program's own exit status."""
+    ``file_size``, ``disk`` (the temporary directory, levels without namespaces), or None. The per-process
+    memory, process and open-file limits make the program's own calls fail instead (MemoryError, EAGAIN,
+    EMFILE). ``cpu`` and ``file_size`` are seen on processes the sandbox reaps (the first one and orphans);
+    a child the program waits for itself reports through the program's own exit status."""
     cpu_time_s: float
     """User + system time of every process of the run."""
     wall_time_s: float
     peak_memory_bytes: int
     """Largest resident set of any single process of the run."""
-    stdout: str
+    stdout_data: bytes
+    """The bytes the program wrote to stdout, exactly (cut at the output limit)."""
     stdout_bytes: int
+    """How many it wrote in all."""
     stdout_truncated: bool
-    stderr: str
+    stderr_data: bytes
     stderr_bytes: int
     stderr_truncated: bool
+
+    @property
+    def stdout(self) -> str:
+        """stdout as text (invalid UTF-8 becomes U+FFFD)."""
+        return self.stdout_data.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_data.decode("utf-8", "replace")
 
     @property
     def ok(self) -> bool:
@@ -108,11 +125,17 @@ class SandboxResult:
 
     @classmethod
     def from_report(cls, report: Mapping) -> SandboxResult:
+        values = dict(report)
+        try:
+            for stream in ("stdout", "stderr"):
+                values[f"{stream}_data"] = base64.b64decode(values.pop(f"{stream}_base64"), validate=True)
+        except (KeyError, TypeError, binascii.Error) as error:
+            raise SandboxError(f"the sandbox report has no readable {stream}_base64: {error}") from error
         names = [f.name for f in fields(cls)]
-        missing = [name for name in names if name not in report]
+        missing = [name for name in names if name not in values]
         if missing:
             raise SandboxError(f"the sandbox report lacks {', '.join(missing)}: {report}")
-        return cls(**{name: report[name] for name in names})
+        return cls(**{name: values[name] for name in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,14 +175,17 @@ DEFAULT_LIMITS = Limits()
 
 def run(command: Sequence[str], *, limits: Limits = DEFAULT_LIMITS, stdin: bytes | str = b"",
         files: Mapping[str, bytes | str] | None = None, read_only: Sequence[str | Path] = (),
-        env: Mapping[str, str] | None = None, isolation: str = "auto") -> SandboxResult:
+        hidden: Sequence[str | Path] = (), system_paths: bool = True, env: Mapping[str, str] | None = None,
+        isolation: str = "auto") -> SandboxResult:
     """Run ``command`` isolated and limited; return what happened.
 
     ``files`` are written into the program's private temporary directory (its working directory and
-    ``$HOME``/``$TMPDIR``) under the given names. ``read_only`` host paths are visible read-only at the same
-    place (the system's library and binary directories always are). ``env`` is added to a minimal
-    environment (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``). ``isolation`` is ``auto`` (the strongest the
-    machine allows) or one of ``ISOLATION_LEVELS`` (an error where unavailable). Raises
+    ``$HOME``/``$TMPDIR``) under the given names. The view: ``read_only`` host paths are visible read-only
+    at the same place (symbolic links on the way are kept as links), and so are the system's library and
+    binary directories unless ``system_paths`` is False; ``hidden`` directories inside those are masked (see
+    ``ISOLATION_LEVELS``), though ``read_only`` paths beneath them stay visible. ``env`` is added to a
+    minimal environment (``PATH``, ``HOME``, ``TMPDIR``, ``LANG``). ``isolation`` is ``auto`` (the strongest
+    the machine allows) or one of ``ISOLATION_LEVELS`` (an error where unavailable). Raises
     :class:`SandboxError` when the program could not be run at all.
     """
     if isolation != "auto":
@@ -167,7 +193,9 @@ def run(command: Sequence[str], *, limits: Limits = DEFAULT_LIMITS, stdin: bytes
     if not command:
         raise ValueError("run: the command is empty")
     arguments = [f"--isolation={isolation}", *limits.arguments()]
-    arguments += [f"--ro={Path(path).resolve()}" for path in read_only]
+    arguments += [] if system_paths else ["--no-default-paths"]
+    arguments += [f"--ro={Path(path).absolute()}" for path in read_only]
+    arguments += [f"--hide={Path(path).absolute()}" for path in hidden]
     arguments += [f"--env={key}={value}" for key, value in (env or {}).items()]
     with tempfile.TemporaryDirectory(prefix="dnmopd-files-") as staging:
         for name, content in (files or {}).items():

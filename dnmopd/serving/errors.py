@@ -1,7 +1,8 @@
 """Errors raised by the HTTP serving layer.
 
 `TransientServerError` is retried (another replica, after a back-off); `RequestRejected` is not: the
-server understood the request and refused it (HTTP 4xx), so sending it again cannot help.
+server understood the request and refused it (HTTP 4xx), so sending it again cannot help. `StaleReplica`
+(a transient error) asks the caller to repair the replica first.
 """
 
 from __future__ import annotations
@@ -29,10 +30,16 @@ class RequestRejected(ServingError):
 class ServerUnavailable(ServingError):
     """Every attempt on every replica failed; `attempts` lists what happened, oldest first."""
 
-    def __init__(self, path: str, attempts: list[str]):
+    def __init__(self, path: str, attempts: list[str], seconds: float):
         history = "\n  ".join(attempts)
-        super().__init__(f"{path}: all {len(attempts)} attempts failed:\n  {history}")
+        super().__init__(f"{path}: all {len(attempts)} attempts failed in {seconds:.1f} s:\n  {history}")
         self.attempts = attempts
+
+
+class StaleReplica(TransientServerError):
+    """The replica answered, but from another state than the client set up (e.g. other weights after a restart).
+
+    The caller repairs that replica (see `ReplicaPool.post`) before the request is sent again."""
 
 
 class ResponseFormatError(TransientServerError):

@@ -3,9 +3,14 @@
 One `ReplicaPool` serves one model (a teacher or the rollout engine). Every request picks a replica
 (round robin, or the one with the fewest requests in flight), runs under a connection limit and a
 per-request time-out, and on a transient failure (connection error, time-out, HTTP 5xx/429, a 200 whose
-body fails validation) is retried on another replica after an exponential back-off with jitter, up to
-`max_attempts` in total. A replica that fails `failures_before_cooldown` times in a row is skipped for
-`cooldown_s` while others are usable. HTTP 4xx is never retried: the request itself is wrong.
+body fails validation) is retried on another replica after an exponential back-off with jitter, until
+`max_attempts` attempts or `retry_timeout_s` seconds are spent: by default long enough to outlast a server
+restart. A replica that fails `failures_before_cooldown` times in a row is skipped while others are usable;
+its health route is re-checked every `health_check_interval_s` and it rejoins as soon as it answers 200
+(without a health route, after `cooldown_s`). HTTP 4xx is never retried: the request itself is wrong.
+
+An answer from a replica in the wrong state (`StaleReplica`, e.g. a restarted server with other weights)
+is handed to the caller's `repair` coroutine for that replica, then the request is sent again.
 
 The aiohttp session is bound to the event loop that first uses it; call `aclose()` before that loop ends.
 """
@@ -18,13 +23,13 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
-from dnmopd.serving.errors import RequestRejected, ServerUnavailable, TransientServerError
+from dnmopd.serving.errors import RequestRejected, ServerUnavailable, StaleReplica, TransientServerError
 
 logger = logging.getLogger(__name__)
 
@@ -79,18 +84,23 @@ class ReplicaPool:
         """Time-out for establishing a connection."""
         request_timeout_s: float = 120.0
         """Time-out for one whole request (send, server work, read)."""
-        max_attempts: int = 5
-        """Attempts per request in total, first one included."""
+        max_attempts: int = 100
+        """Attempts per request in total, first one included (`retry_timeout_s` usually ends retrying first)."""
+        retry_timeout_s: float = 600.0
+        """No new attempt starts once this long has passed since the first one: the default outlasts a server
+        restart (1-5 minutes on a loaded machine or for a large model; raise it for teachers that load slower)."""
         backoff_initial_s: float = 0.5
         """Back-off before the second attempt; doubled for each further attempt."""
-        backoff_max_s: float = 16.0
+        backoff_max_s: float = 8.0
         """Upper bound of the exponential part of the back-off."""
         backoff_jitter_s: float = 0.25
         """Uniform random extra delay in [0, jitter] added to each back-off."""
         failures_before_cooldown: int = 2
-        """Consecutive failures after which a replica is skipped for `cooldown_s`."""
+        """Consecutive failures after which a replica is skipped (cool-down) while other replicas are usable."""
         cooldown_s: float = 15.0
-        """How long a failing replica is skipped while other replicas are usable."""
+        """Cool-down length; a replica whose health re-check fails stays out for another `cooldown_s`."""
+        health_check_interval_s: float = 5.0
+        """How often the health route of a replica in cool-down is re-checked; 200 ends its cool-down."""
 
         def __post_init__(self):
             if not self.urls:
@@ -100,24 +110,27 @@ class ReplicaPool:
             for name in ("max_connections", "max_connections_per_replica", "max_attempts"):
                 if getattr(self, name) < 1:
                     raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be >= 1")
-            for name in ("connect_timeout_s", "request_timeout_s"):
+            for name in ("connect_timeout_s", "request_timeout_s", "health_check_interval_s"):
                 if getattr(self, name) <= 0:
                     raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be > 0")
-            for name in ("backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "cooldown_s"):
+            for name in ("retry_timeout_s", "backoff_initial_s", "backoff_max_s", "backoff_jitter_s", "cooldown_s"):
                 if getattr(self, name) < 0:
                     raise ValueError(f"ReplicaPool.Config.{name}={getattr(self, name)}: must be >= 0")
 
-        def build(self, *, name: str = "pool") -> ReplicaPool:
-            return ReplicaPool(self, name=name)
+        def build(self, *, name: str = "pool", health_path: str | None = None) -> ReplicaPool:
+            return ReplicaPool(self, name=name, health_path=health_path)
 
-    def __init__(self, config: Config, *, name: str = "pool"):
+    def __init__(self, config: Config, *, name: str = "pool", health_path: str | None = None):
         self.config = config
         self.name = name
+        self.health_path = health_path
+        """GET route answering 200 when a replica is up (re-checked during cool-down); None: time-based only."""
         self.replicas = [Replica(normalize_url(url)) for url in config.urls]
         self.counters: Counter[str] = Counter()
         self._picks = 0
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
+        self._health_checks: dict[str, asyncio.Task] = {}
 
     # -- session -------------------------------------------------------------------------------------------
 
@@ -135,6 +148,10 @@ class ReplicaPool:
         return self._session
 
     async def aclose(self) -> None:
+        checks, self._health_checks = list(self._health_checks.values()), {}
+        for task in checks:
+            task.cancel()
+        await asyncio.gather(*checks, return_exceptions=True)
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
@@ -162,42 +179,93 @@ class ReplicaPool:
         replica.consecutive_failures += 1
         if replica.consecutive_failures >= self.config.failures_before_cooldown:
             replica.cooldown_until = time.monotonic() + self.config.cooldown_s
+            self._start_health_check(replica)
+
+    def _record_success(self, replica: Replica) -> None:
+        replica.consecutive_failures = 0
+        replica.cooldown_until = 0.0
+
+    def _start_health_check(self, replica: Replica) -> None:
+        task = self._health_checks.get(replica.url)
+        if self.health_path is None or (task is not None and not task.done()):
+            return
+        self._health_checks[replica.url] = asyncio.get_running_loop().create_task(self._health_check(replica))
+
+    async def _health_check(self, replica: Replica) -> None:
+        """Re-check a cooling replica's health route until it answers 200, then end its cool-down."""
+        while replica.cooldown_until > 0:
+            await asyncio.sleep(self.config.health_check_interval_s)
+            try:
+                status, _ = await self.request_to(replica, "GET", self.health_path,
+                                                  timeout_s=self.config.request_timeout_s)
+            except TransientServerError:
+                status = 0
+            if status == 200:
+                logger.info("%s: %s is healthy again", self.name, replica.url)
+                self._record_success(replica)
+                return
+            replica.cooldown_until = time.monotonic() + self.config.cooldown_s
 
     # -- requests ------------------------------------------------------------------------------------------
 
-    async def post(self, path: str, body: Any, parse: Callable[[Any], Any] | None = None) -> Any:
-        """POST `body` as JSON to `path` on some replica, with retries; returns `parse(json)` (or the JSON).
+    async def post(
+        self, path: str, body: Any, parse: Callable[[Any], Any] | None = None, *,
+        replica: Replica | None = None, repair: Callable[[Replica], Awaitable[None]] | None = None,
+    ) -> Any:
+        """POST `body` as JSON to `path` on some replica (or only on `replica`), with retries; returns
+        `parse(json)` (or the JSON).
 
-        `parse` may raise `TransientServerError` (e.g. `ResponseFormatError`) to have the attempt retried.
-        Raises `RequestRejected` at once on HTTP 4xx, `ServerUnavailable` when all attempts failed.
+        `parse` may raise `TransientServerError` (e.g. `ResponseFormatError`) to have the attempt retried, or
+        `StaleReplica` to have `repair(replica)` run before the next attempt (without `repair` it is retried
+        like any transient failure). Raises `RequestRejected` at once on HTTP 4xx, `ServerUnavailable` when
+        `max_attempts` attempts failed or `retry_timeout_s` ran out.
         """
         attempts: list[str] = []
         failed: Replica | None = None
+        start = time.monotonic()
         for attempt in range(1, self.config.max_attempts + 1):
-            replica = self.pick(exclude=failed)
+            target = replica or self.pick(exclude=failed)
             self.counters["requests"] += 1
             try:
-                payload = await self.post_to(replica, path, body)
+                payload = await self.post_to(target, path, body)
                 result = parse(payload) if parse is not None else payload
+            except StaleReplica as error:
+                attempts.append(f"attempt {attempt} on {target.url}: {error}")
+                if repair is None:
+                    failed = self._failed(target, path, attempt, error)
+                else:
+                    self.counters["repairs"] += 1
+                    await repair(target)
+                    continue
             except TransientServerError as error:
-                failed = replica
-                self._record_failure(replica)
-                self.counters["failed_attempts"] += 1
-                attempts.append(f"attempt {attempt} on {replica.url}: {error}")
-                logger.warning("%s %s attempt %d/%d on %s failed: %s", self.name, path, attempt,
-                               self.config.max_attempts, replica.url, error)
-                if attempt < self.config.max_attempts:
-                    await asyncio.sleep(self._backoff_s(attempt))
-                continue
-            replica.consecutive_failures = 0
-            replica.cooldown_until = 0.0
-            return result
+                attempts.append(f"attempt {attempt} on {target.url}: {error}")
+                failed = self._failed(target, path, attempt, error)
+            else:
+                self._record_success(target)
+                return result
+            delay = self._backoff_s(attempt)
+            if attempt == self.config.max_attempts or time.monotonic() + delay - start > self.config.retry_timeout_s:
+                break
+            await asyncio.sleep(delay)
         self.counters["exhausted"] += 1
-        raise ServerUnavailable(f"{self.name} POST {path}", attempts)
+        raise ServerUnavailable(f"{self.name} POST {path}", attempts, time.monotonic() - start)
+
+    def _failed(self, replica: Replica, path: str, attempt: int, error: Exception) -> Replica:
+        self._record_failure(replica)
+        self.counters["failed_attempts"] += 1
+        logger.warning("%s %s attempt %d on %s failed: %s", self.name, path, attempt, replica.url, error)
+        return replica
 
     async def post_to(self, replica: Replica, path: str, body: Any) -> Any:
         """One POST to one replica, no retry. Returns the parsed JSON body of a 200."""
-        status, text = await self.request_to(replica, "POST", path, body)
+        return self._json_answer(replica, path, *await self.request_to(replica, "POST", path, body))
+
+    async def get(self, replica: Replica, path: str) -> Any:
+        """One GET to one replica, no retry. Returns the parsed JSON body of a 200."""
+        return self._json_answer(replica, path, *await self.request_to(replica, "GET", path))
+
+    @staticmethod
+    def _json_answer(replica: Replica, path: str, status: int, text: str) -> Any:
         if status == 200:
             try:
                 return json.loads(text)

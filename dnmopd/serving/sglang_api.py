@@ -12,6 +12,8 @@ entries. `meta_info.input_token_logprobs` then holds `len(input_ids) - lsl` = R 
 
 (with lsl = P the first response token would be the null entry and be lost). `input_top_logprobs` is aligned
 the same way. SGLang echoes ids >= vocab_size - 1 as 0; every other echoed id must equal what was sent.
+`logprob_start: zero` sends 0 instead (what other trainers send; entries 0..P-1 are then dropped), for
+measuring the difference (`launch/bench_inference.py`).
 
 Generation. `sampling_params` takes `temperature, top_p, top_k, max_new_tokens, stop_token_ids` and the
 seed under the name `sampling_seed` (`seed` is a 400). `meta_info.output_token_logprobs` are
@@ -30,28 +32,38 @@ import torch
 from dnmopd.serving.errors import ResponseFormatError, describe
 
 SCORE_SAMPLING_PARAMS = {"max_new_tokens": 0, "temperature": 0}
+LOGPROB_STARTS = ("prompt", "zero")
 
 
-def score_body(token_ids: Sequence[int], prompt_len: int, *, top_k: int = 0) -> dict[str, Any]:
+def logprob_start_len(prompt_len: int, start: str = "prompt") -> int:
+    """The `logprob_start_len` of a scoring request: P - 1 (`prompt`) or 0 (`zero`)."""
+    if start not in LOGPROB_STARTS:
+        raise ValueError(f"logprob_start={start!r}: use one of {LOGPROB_STARTS}")
+    return prompt_len - 1 if start == "prompt" else 0
+
+
+def score_body(token_ids: Sequence[int], prompt_len: int, *, top_k: int = 0, start: str = "prompt") -> dict[str, Any]:
     """Body of a prefill-only scoring request for one sample."""
     body: dict[str, Any] = {
         "input_ids": list(token_ids),
         "sampling_params": dict(SCORE_SAMPLING_PARAMS),
         "return_logprob": True,
-        "logprob_start_len": prompt_len - 1,
+        "logprob_start_len": logprob_start_len(prompt_len, start),
     }
     if top_k:
         body["top_logprobs_num"] = top_k
     return body
 
 
-def batch_score_body(samples: Sequence[tuple[Sequence[int], int]], *, top_k: int = 0) -> dict[str, Any]:
+def batch_score_body(
+    samples: Sequence[tuple[Sequence[int], int]], *, top_k: int = 0, start: str = "prompt"
+) -> dict[str, Any]:
     """One request scoring several (token_ids, prompt_len) samples; the answer is a list in this order."""
     body: dict[str, Any] = {
         "input_ids": [list(ids) for ids, _ in samples],
         "sampling_params": dict(SCORE_SAMPLING_PARAMS),
         "return_logprob": True,
-        "logprob_start_len": [prompt_len - 1 for _, prompt_len in samples],
+        "logprob_start_len": [logprob_start_len(prompt_len, start) for _, prompt_len in samples],
     }
     if top_k:
         body["top_logprobs_num"] = top_k
@@ -59,30 +71,38 @@ def batch_score_body(samples: Sequence[tuple[Sequence[int], int]], *, top_k: int
 
 
 def parse_score(
-    item: Any, token_ids: Sequence[int], prompt_len: int, *, vocab_size: int, top_k: int = 0
+    item: Any, token_ids: Sequence[int], prompt_len: int, *, vocab_size: int, top_k: int = 0, start: str = "prompt"
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(logprobs [R], topk_ids [R, k] | None, topk_logprobs [R, k] | None) from one `/generate` result."""
     meta = _meta_info(item)
-    response_len = len(token_ids) - prompt_len
+    first = logprob_start_len(prompt_len, start)
+    count, skip = len(token_ids) - first, prompt_len - first  # entries sent back; entries before the response
     entries = meta.get("input_token_logprobs")
-    if not isinstance(entries, list) or len(entries) != response_len + 1:
+    if not isinstance(entries, list) or len(entries) != count:
         got = len(entries) if isinstance(entries, list) else type(entries).__name__
         raise ResponseFormatError(
-            f"input_token_logprobs: expected {response_len + 1} entries (logprob_start_len=prompt_len-1), got {got}"
+            f"input_token_logprobs: expected {count} entries (logprob_start_len={first}), got {got}"
         )
     values = []
-    for k, entry in enumerate(entries[1:], start=1):
-        position = prompt_len - 1 + k
+    for k, entry in enumerate(entries[skip:], start=skip):
+        position = first + k
         values.append(_logprob_value(entry, f"input_token_logprobs[{k}]"))
         _check_echo(entry[1], token_ids[position], vocab_size, position)
     logprobs = torch.tensor(values, dtype=torch.float32)
     if not top_k:
         return logprobs, None, None
     rows = meta.get("input_top_logprobs")
-    if not isinstance(rows, list) or len(rows) != response_len + 1:
-        raise ResponseFormatError(f"input_top_logprobs: expected {response_len + 1} rows")
-    topk_ids, topk_values = top_rows(rows[1:], top_k, "input_top_logprobs")
+    if not isinstance(rows, list) or len(rows) != count:
+        raise ResponseFormatError(f"input_top_logprobs: expected {count} rows")
+    topk_ids, topk_values = top_rows(rows[skip:], top_k, "input_top_logprobs")
     return logprobs, topk_ids, topk_values
+
+
+def cached_tokens(item: Any) -> tuple[int, int]:
+    """(prompt_tokens, cached_tokens) of one result: how much of the input the radix cache supplied."""
+    meta = item.get("meta_info") if isinstance(item, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    return int(meta.get("prompt_tokens") or 0), int(meta.get("cached_tokens") or 0)
 
 
 def parse_batch(payload: Any, count: int) -> list[Any]:

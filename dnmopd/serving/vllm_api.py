@@ -25,6 +25,12 @@ import torch
 from dnmopd.serving.errors import ResponseFormatError, describe
 
 
+def served_model_paths(info: Any) -> list[Any]:
+    """What a `/v1/models` answer names as served (each model's `root` and `id`)."""
+    models = info.get("data") if isinstance(info, dict) else None
+    return [m.get(key) for m in models or [] if isinstance(m, dict) for key in ("root", "id")]
+
+
 def score_body(prompts: Sequence[Sequence[int]], *, top_k: int = 0) -> dict[str, Any]:
     """Prompt-logprob scoring of one or several full sequences (prompt + response)."""
     prompt: list[int] | list[list[int]] = (

@@ -10,7 +10,8 @@ and, from the in-process backend only, the teacher's final (post-norm) hidden st
 predict the response tokens, for the fused full-vocab reverse KL.
 
 Backends: `inprocess` (transformers model in this process), `sglang` and `vllm` (HTTP servers). All share
-the async `score` (one sample, sent as soon as the caller has it) and the blocking `score_batch`.
+the async `score` (one sample, sent as soon as the caller has it), the async `score_many` (per-sample
+outcomes of many samples; the HTTP teachers batch them) and the blocking `score_batch`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from dnmopd.serving.errors import ServingError
 
 
 class TeacherError(RuntimeError):
@@ -84,6 +87,15 @@ class TeacherScorer(ABC):
     @abstractmethod
     async def score(self, request: ScoreRequest) -> TeacherScores:
         """Score one sample. Raises `TeacherError` (or a `dnmopd.serving.errors.ServingError`) on failure."""
+
+    async def score_many(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores | Exception]:
+        """Score all requests concurrently; a sample that fails has its error (`TeacherError`, `ServingError`)
+        in its place, so one bad sample costs only itself."""
+        outcomes = await asyncio.gather(*(self.score(r) for r in requests), return_exceptions=True)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, TeacherError | ServingError):
+                raise outcome
+        return outcomes
 
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Blocking convenience: score all requests concurrently, in order; the first failure is raised."""

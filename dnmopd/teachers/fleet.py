@@ -2,11 +2,14 @@
 
 `TeacherFleet.score_rollouts` consumes rollouts as the engine finishes them (an async iterator) and sends
 each one's scoring request at once, so teacher prefill overlaps with the generation of the rest of the
-batch. A sample whose teacher still fails after the pool's retries is handled by `on_failure`:
+batch. The blocking `score_batch` sends each teacher's samples through its batched path instead
+(`score_many`: several samples per POST for the HTTP teachers, a rejected POST sent again sample by
+sample). A sample whose teacher still fails after the pool's retries, or that its server refuses (HTTP 4xx,
+e.g. longer than the teacher's context), is handled by `on_failure`:
 
 - `mask`: the sample is kept with `ok=False` and no scores; the trainer gives it advantage 0 on every token
   (`stack_teacher_logprobs` returns the per-sample validity it needs). Failures are counted per teacher
-  (`failures`) and logged.
+  (`failures`) and logged with the server's message.
 - `stop`: the whole batch stops with `TeacherBatchError` naming the teacher, the sample and the cause.
 
 Invalid token ids are a bug upstream, not a teacher failure: they always stop the batch.
@@ -16,13 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
 
-from dnmopd.serving.errors import RequestRejected, ServingError
+from dnmopd.serving.errors import ServingError
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
 
 logger = logging.getLogger(__name__)
@@ -78,16 +81,23 @@ class TeacherFleet:
     async def score_one(self, index: int, teacher_name: str, request: ScoreRequest) -> ScoredSample:
         teacher = self.teacher(teacher_name)
         try:
-            scores = await teacher.score(request)
+            outcome = await teacher.score(request)
         except (TeacherError, ServingError) as error:
+            outcome = error
+        return self._judge(index, teacher_name, request, outcome)
+
+    def _judge(self, index: int, teacher_name: str, request: ScoreRequest,
+               outcome: TeacherScores | Exception) -> ScoredSample:
+        """The failure policy applied to one sample's outcome (its scores, or the error that ended it)."""
+        if isinstance(outcome, Exception):
             self.failures[teacher_name] += 1
             logger.warning("teacher %s failed on sample %d (%s policy): %s",
-                           teacher_name, index, self.config.on_failure, error)
-            if self.config.on_failure == "stop" or isinstance(error, RequestRejected):
-                raise TeacherBatchError(f"teacher {teacher_name} failed on sample {index}: {error}") from error
-            return ScoredSample(index, teacher_name, request, None, str(error))
+                           teacher_name, index, self.config.on_failure, outcome)
+            if self.config.on_failure == "stop":
+                raise TeacherBatchError(f"teacher {teacher_name} failed on sample {index}: {outcome}") from outcome
+            return ScoredSample(index, teacher_name, request, None, str(outcome))
         self.scored[teacher_name] += 1
-        return ScoredSample(index, teacher_name, request, scores)
+        return ScoredSample(index, teacher_name, request, outcome)
 
     async def score_stream(self, items: AsyncIterable[tuple[int, str, ScoreRequest]]) -> list[ScoredSample]:
         """Score `(index, teacher, request)` items as they arrive; results sorted by index."""
@@ -114,19 +124,24 @@ class TeacherFleet:
         return await self.score_stream(items())
 
     def score_batch(self, items: Iterable[tuple[str, ScoreRequest]]) -> list[ScoredSample]:
-        """Blocking: score `(teacher, request)` pairs concurrently; index = position in `items`."""
+        """Blocking: score `(teacher, request)` pairs, each teacher's through its batched `score_many`;
+        index = position in `items`."""
+        groups: dict[str, list[tuple[int, ScoreRequest]]] = defaultdict(list)
+        for index, (name, request) in enumerate(items):
+            groups[name].append((index, request))
 
-        async def run() -> list[ScoredSample]:
-            async def source():
-                for index, (name, request) in enumerate(items):
-                    yield index, name, request
-
+        async def run() -> list[list[TeacherScores | Exception]]:
             try:
-                return await self.score_stream(source())
+                return await asyncio.gather(
+                    *(self.teacher(name).score_many([r for _, r in group]) for name, group in groups.items())
+                )
             finally:
                 await self.aclose()
 
-        return asyncio.run(run())
+        results = [self._judge(index, name, request, outcome)
+                   for (name, group), outcomes in zip(groups.items(), asyncio.run(run()), strict=True)
+                   for (index, request), outcome in zip(group, outcomes, strict=True)]
+        return sorted(results, key=lambda sample: sample.index)
 
     async def aclose(self) -> None:
         for teacher in self.teachers.values():

@@ -1,10 +1,11 @@
 """What the SGLang and vLLM teachers share: the config, the replica pool, id validation, checks of each
-answer, startup checks, batching."""
+answer, startup checks, batching with per-sample isolation."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -13,11 +14,13 @@ from typing import Any
 
 import torch
 
-from dnmopd.serving.errors import ServingError, TransientServerError
+from dnmopd.serving.errors import RequestRejected, ServingError, TransientServerError
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
 from dnmopd.teachers.hf_model import config_vocab_size
+
+logger = logging.getLogger(__name__)
 
 
 def resolve_vocab_size(config: Any) -> int:
@@ -59,7 +62,8 @@ class HttpTeacher(TeacherScorer):
         top_k: int = 0
         """Also return the top-k log-probs at every response position (0: off)."""
         batch_request_size: int = 32
-        """Samples per POST in the blocking `score_batch` (the async `score` sends one sample per POST)."""
+        """Samples per POST in `score_many` / `score_batch` (the async `score` sends one sample per POST); a
+        POST the server rejects is sent again sample by sample, so only the bad sample fails."""
         health_timeout_s: float = 30.0
         """Time-out of each startup check request."""
 
@@ -75,7 +79,7 @@ class HttpTeacher(TeacherScorer):
         self.config = config
         self.name = config.name
         self.vocab_size = resolve_vocab_size(config)
-        self.pool = config.pool.build(name=f"teacher {config.name}")
+        self.pool = config.pool.build(name=f"teacher {config.name}", health_path=self.health_path)
 
     @abstractmethod
     def _body(self, requests: Sequence[ScoreRequest]) -> dict[str, Any]:
@@ -103,19 +107,43 @@ class HttpTeacher(TeacherScorer):
             validate_token_ids(request.token_ids, self.vocab_size, what=f"teacher {self.name} sample")
         return await self.pool.post(self.score_path, self._body(requests), parse=lambda p: self._parse(p, requests))
 
-    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
-        """Blocking: chunks of `batch_request_size` samples per POST, all chunks in flight together."""
+    async def score_many(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores | Exception]:
+        """Chunks of `batch_request_size` samples per POST, all in flight together. A chunk the server rejects
+        (HTTP 4xx, e.g. one sample longer than its context) is sent again one sample per POST, so that only
+        the bad sample fails (its entry is the error)."""
         size = self.config.batch_request_size
         chunks = [requests[i : i + size] for i in range(0, len(requests), size)]
+        results = await asyncio.gather(*(self._score_isolated(chunk) for chunk in chunks))
+        return [outcome for chunk in results for outcome in chunk]
 
-        async def run() -> list[TeacherScores]:
+    async def _score_isolated(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores | Exception]:
+        try:
+            return await self._score_chunk(requests)
+        except RequestRejected as error:
+            if len(requests) == 1:
+                return [error]
+            logger.warning("teacher %s: a POST of %d samples was rejected (%s); sending them one by one",
+                           self.name, len(requests), error)
+            self.pool.counters["isolated_chunks"] += 1
+            singles = await asyncio.gather(*(self._score_isolated([r]) for r in requests))
+            return [outcome for single in singles for outcome in single]
+        except (ServingError, TeacherError) as error:
+            return [error] * len(requests)
+
+    def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
+        """Blocking `score_many`; the first failed sample's error is raised."""
+
+        async def run() -> list[TeacherScores | Exception]:
             try:
-                results = await asyncio.gather(*(self._score_chunk(chunk) for chunk in chunks))
+                return await self.score_many(requests)
             finally:
                 await self.aclose()
-            return [scores for chunk in results for scores in chunk]
 
-        return asyncio.run(run())
+        outcomes = asyncio.run(run())
+        for outcome in outcomes:
+            if isinstance(outcome, Exception):
+                raise outcome
+        return outcomes
 
     def _parse(self, payload: Any, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Checked scores for `requests` from the JSON answer; a bad answer raises a retried error."""

@@ -3,6 +3,7 @@
 Startup (`check`): every replica answers `GET /health_generate` with 200 (a real 1-token generation) and
 `GET /get_model_info` shows `model_path`. Token ids are validated against the vocabulary before sending
 (SGLang crashes on an out-of-vocabulary id), and the ids SGLang echoes are checked against those sent.
+The pool's counters add up `prompt_tokens` and `cached_tokens` (input tokens the radix cache supplied).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class SGLangTeacher(HttpTeacher):
     score_path = "/generate"
     health_path = "/health_generate"
     info_path = "/get_model_info"
+    logprob_start = "prompt"
+    """`prompt`: logprob_start_len = P - 1 (see serving.sglang_api); `zero` only for measuring the difference."""
 
     @dataclass(kw_only=True, slots=True)
     class Config(HttpTeacher.Config):
@@ -32,18 +35,22 @@ class SGLangTeacher(HttpTeacher):
             return SGLangTeacher(self)
 
     def _body(self, requests: Sequence[ScoreRequest]) -> dict[str, Any]:
+        top_k, start = self.config.top_k, self.logprob_start
         if len(requests) == 1:
-            return sglang_api.score_body(requests[0].token_ids, requests[0].prompt_len, top_k=self.config.top_k)
+            return sglang_api.score_body(requests[0].token_ids, requests[0].prompt_len, top_k=top_k, start=start)
         samples = [(r.token_ids, r.prompt_len) for r in requests]
-        return sglang_api.batch_score_body(samples, top_k=self.config.top_k)
+        return sglang_api.batch_score_body(samples, top_k=top_k, start=start)
 
     def _answers(self, payload: Any, count: int) -> list[Any]:
         return [payload] if count == 1 else sglang_api.parse_batch(payload, count)
 
     def _parse_scores(self, answer: Any, request: ScoreRequest):
-        return sglang_api.parse_score(
-            answer, request.token_ids, request.prompt_len, vocab_size=self.vocab_size, top_k=self.config.top_k
-        )
+        scores = sglang_api.parse_score(answer, request.token_ids, request.prompt_len, vocab_size=self.vocab_size,
+                                        top_k=self.config.top_k, start=self.logprob_start)
+        prompt_tokens, cached = sglang_api.cached_tokens(answer)
+        self.pool.counters["prompt_tokens"] += prompt_tokens
+        self.pool.counters["cached_tokens"] += cached
+        return scores
 
     def _check_identity(self, url: str, info: Any) -> None:
         served = info.get("model_path") if isinstance(info, dict) else None

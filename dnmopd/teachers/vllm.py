@@ -48,8 +48,7 @@ class VLLMTeacher(HttpTeacher):
         return vllm_api.parse_score(answer, request.token_ids, request.prompt_len, top_k=self.config.top_k)
 
     def _check_identity(self, url: str, info: Any) -> None:
-        models = info.get("data") if isinstance(info, dict) else None
-        served = [m.get(key) for m in models or [] for key in ("root", "id")]
+        served = vllm_api.served_model_paths(info)
         if not any(same_model_path(s, self.config.model_path) for s in served):
             raise TeacherError(
                 f"teacher {self.name}: {url} serves {served!r}, expected {self.config.model_path!r} "

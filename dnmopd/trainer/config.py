@@ -4,14 +4,17 @@ rules that cross components."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from dnmopd.config import Backend, Choice
+from dnmopd.config import Backend, Choice, FieldValueError
+from dnmopd.core.losses import validate_clip
 from dnmopd.data.sampler import PromptSampler
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
+from dnmopd.student.arch import StudentArch
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
@@ -30,6 +33,35 @@ def teacher_config_class(backend: str) -> type:
 
 def rollout_config_class(backend: str) -> type:
     return rollout_class(backend).Config
+
+
+def _require(ok: bool, key: str, problem: str) -> None:
+    if not ok:
+        raise FieldValueError(key, problem)
+
+
+def check_layout(hf_path: str, parallel: ParallelDims.Config) -> None:
+    """Refuse tensor/pipeline sizes that do not divide the student (read from its config.json), as megatron-core
+    would once the run has started; a model folder that is not there yet is not checked."""
+    if not (Path(hf_path) / "config.json").is_file():
+        return
+    try:
+        arch = StudentArch.from_hf_dir(hf_path)
+    except ValueError as err:
+        raise FieldValueError("student.hf_path", str(err)) from None
+    tp, where = parallel.tensor, f"the model {hf_path}"
+    counts = {"num_attention_heads": arch.num_attention_heads, "intermediate_size": arch.ffn_hidden_size}
+    if arch.gdn:
+        counts |= {"linear_num_key_heads": arch.gdn.num_key_heads, "linear_num_value_heads": arch.gdn.num_value_heads}
+    for name, count in counts.items():
+        _require(count % tp == 0, "parallel.tensor", f"{tp} does not divide {name} = {count} of {where}")
+    groups = arch.num_query_groups
+    _require(groups % tp == 0 or tp % groups == 0, "parallel.tensor",
+             f"{tp} is neither a multiple nor a divisor of num_key_value_heads = {groups} of {where}")
+    stages = parallel.pipeline * (parallel.virtual_pipeline or 1)
+    _require(arch.num_layers % stages == 0, "parallel.pipeline",
+             f"{stages} pipeline stages (pipeline x virtual_pipeline) do not divide num_hidden_layers = "
+             f"{arch.num_layers} of {where}")
 
 
 def resolve_data_path(path: Path) -> Path:
@@ -54,8 +86,7 @@ class RunConfig:
     """Seed of model-parallel RNG, dropout and the in-process rollout's sampling."""
 
     def __post_init__(self):
-        if self.mode not in RUN_MODES:
-            raise ValueError(f"run.mode must be one of {RUN_MODES}, got {self.mode!r}")
+        _require(self.mode in RUN_MODES, "mode", f"must be one of {', '.join(RUN_MODES)}, got {self.mode!r}")
 
     @property
     def directory(self) -> Path:
@@ -78,12 +109,11 @@ class DataConfig:
     """fail: a malformed row stops the run; skip: it is left out and reported."""
 
     def __post_init__(self):
-        if self.samples_per_prompt < 1 or self.max_prompt_tokens < 1:
-            raise ValueError("data.samples_per_prompt and data.max_prompt_tokens must be >= 1")
-        if self.on_bad_row not in ("fail", "skip"):
-            raise ValueError(f"data.on_bad_row must be fail or skip, got {self.on_bad_row!r}")
-        if len(set(self.domains)) != len(self.domains) or not self.domains:
-            raise ValueError(f"data.domains must be a non-empty list of distinct names, got {self.domains}")
+        for name in ("samples_per_prompt", "max_prompt_tokens"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(self.on_bad_row in ("fail", "skip"), "on_bad_row", f"must be fail or skip, got {self.on_bad_row!r}")
+        _require(bool(self.domains) and len(set(self.domains)) == len(self.domains), "domains",
+                 f"must be a non-empty list of distinct names, got {self.domains}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -136,15 +166,21 @@ class OptimizerConfig:
     """Clip the global gradient norm to this value (0: off)."""
 
     def __post_init__(self):
-        if self.name not in ("adam", "sgd"):
-            raise ValueError(f"optimizer.name must be adam or sgd, got {self.name!r}")
-        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
-            raise ValueError(f"optimizer: need 0 <= min_lr <= lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
-        if self.lr_decay_style not in ("constant", "linear", "cosine"):
-            raise ValueError(f"optimizer.lr_decay_style must be constant, linear or cosine, "
-                             f"got {self.lr_decay_style!r}")
-        if self.lr_warmup_updates < 0 or self.clip_grad < 0:
-            raise ValueError("optimizer.lr_warmup_updates and optimizer.clip_grad must be >= 0")
+        _require(self.name in ("adam", "sgd"), "name", f"must be adam or sgd, got {self.name!r}")
+        _require(math.isfinite(self.lr) and self.lr > 0, "lr", f"must be a finite number > 0, got {self.lr}")
+        _require(math.isfinite(self.min_lr) and 0 <= self.min_lr <= self.lr, "min_lr",
+                 f"must be in [0, lr = {self.lr}], got {self.min_lr}")
+        _require(self.lr_decay_style in ("constant", "linear", "cosine"), "lr_decay_style",
+                 f"must be constant, linear or cosine, got {self.lr_decay_style!r}")
+        _require(self.lr_warmup_updates >= 0, "lr_warmup_updates", f"must be >= 0, got {self.lr_warmup_updates}")
+        for name in ("weight_decay", "clip_grad"):
+            value = getattr(self, name)
+            _require(math.isfinite(value) and value >= 0, name, f"must be a finite number >= 0, got {value}")
+        for name in ("adam_beta1", "adam_beta2", "sgd_momentum"):
+            value = getattr(self, name)
+            _require(0 <= value < 1, name, f"must be in [0, 1), got {value}")
+        _require(math.isfinite(self.adam_eps) and self.adam_eps > 0, "adam_eps",
+                 f"must be a finite number > 0, got {self.adam_eps}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -164,10 +200,9 @@ class TrainConfig:
     takes its ratio against the generating policy's log-probs (README, "The update loop")."""
 
     def __post_init__(self):
-        if self.updates < 1 or self.optimizer_steps_per_update < 1 or self.micro_batch_tokens < 1:
-            raise ValueError("train.updates, optimizer_steps_per_update and micro_batch_tokens must be >= 1")
-        if self.rollout_ahead not in (0, 1):
-            raise ValueError(f"train.rollout_ahead must be 0 or 1, got {self.rollout_ahead}")
+        for name in ("updates", "optimizer_steps_per_update", "micro_batch_tokens"):
+            _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(self.rollout_ahead in (0, 1), "rollout_ahead", f"must be 0 or 1, got {self.rollout_ahead}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -182,8 +217,8 @@ class CheckpointConfig:
     """Write a Hugging Face release of the final student to <run_dir>/release."""
 
     def __post_init__(self):
-        if self.save_every < 1 or self.keep_last < 0:
-            raise ValueError("checkpoint.save_every must be >= 1 and checkpoint.keep_last >= 0")
+        _require(self.save_every >= 1, "save_every", f"must be >= 1, got {self.save_every}")
+        _require(self.keep_last >= 0, "keep_last", f"must be >= 0, got {self.keep_last}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -210,8 +245,9 @@ class GRPOConfig:
     """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off)."""
 
     def __post_init__(self):
-        if self.max_generation_batches < 1:
-            raise ValueError("grpo.max_generation_batches must be >= 1")
+        _require(self.max_generation_batches >= 1, "max_generation_batches",
+                 f"must be >= 1, got {self.max_generation_batches}")
+        validate_clip(self.eps_low, self.eps_high, self.dual_clip)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -224,8 +260,7 @@ class SFTConfig:
     """Sampling seed of the generation."""
 
     def __post_init__(self):
-        if self.max_response_tokens < 1:
-            raise ValueError("sft.max_response_tokens must be >= 1")
+        _require(self.max_response_tokens >= 1, "max_response_tokens", f"must be >= 1, got {self.max_response_tokens}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -260,38 +295,36 @@ class TrainerConfig:
     """Metrics sinks, progress display and the end-of-run plots."""
 
     def __post_init__(self):
-        if self.run.mode in ("opd", "grpo") and self.rollout is None:
-            raise ValueError(f"run.mode {self.run.mode} samples from the student: set rollout.engine")
-        if self.run.mode in ("opd", "grpo"):
+        check_layout(self.student.hf_path, self.parallel)
+        samples = self.run.mode in ("opd", "grpo")
+        _require(not samples or self.rollout is not None, "run.mode",
+                 f"{self.run.mode} samples from the student: set rollout.engine")
+        if samples:
             sampling = self.rollout.sampling
-            if sampling.temperature <= 0:
-                raise ValueError(f"rollout.sampling.temperature={sampling.temperature}: training needs a sampling "
-                                 "distribution (> 0); greedy decoding gives none to take the loss's ratio against")
-            if sampling.top_p != 1 or sampling.top_k != -1:
-                raise ValueError(f"rollout.sampling.top_p={sampling.top_p}, top_k={sampling.top_k}: the trainer's "
-                                 "log-probs cannot represent a truncated sampling distribution; use top_p 1 and "
-                                 "top_k -1 (the temperature is honoured)")
-        if self.run.mode == "sft" and self.train.rollout_ahead:
-            raise ValueError("train.rollout_ahead overlaps the student's rollout with training; run.mode sft has "
-                             "no rollout (set it to 0)")
-        if self.method.injection is not None and self.rollout is not None and not self.rollout.verify:
-            raise ValueError("method.injection picks the response to replace by its verdict: set rollout.verify true")
+            _require(sampling.temperature > 0, "rollout.sampling.temperature",
+                     f"must be > 0, got {sampling.temperature}: training needs a sampling distribution; greedy "
+                     "decoding gives none to take the loss's ratio against")
+            for name, full in (("top_p", 1), ("top_k", -1)):
+                _require(getattr(sampling, name) == full, f"rollout.sampling.{name}",
+                         f"must be {full}, got {getattr(sampling, name)}: the trainer's log-probs cannot represent "
+                         "a truncated sampling distribution (the temperature is honoured)")
+        _require(self.run.mode != "sft" or not self.train.rollout_ahead, "train.rollout_ahead",
+                 "overlaps the student's rollout with training; run.mode sft has no rollout (set it to 0)")
+        _require(self.method.injection is None or self.rollout is None or self.rollout.verify, "rollout.verify",
+                 "method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":
             names = self.teachers.names()
-            if len(set(names)) != len(names):
-                raise ValueError(f"teachers.models: duplicate teacher names {names}")
+            _require(len(set(names)) == len(names), "teachers.models", f"duplicate teacher names {names}")
             missing = sorted(set(self.method.routing.teachers) - set(names))
-            if missing:
-                raise ValueError(f"method.routing names teachers {missing} that teachers.models does not define; "
-                                 f"defined: {names}")
+            _require(not missing, "method.routing",
+                     f"names teachers {missing} that teachers.models does not define; defined: {names}")
             if self.method.loss.kind == "full_vocab_reverse_kl":
                 remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
-                if remote:
-                    raise ValueError(f"method.loss.kind full_vocab_reverse_kl needs in-process teachers; {remote} "
-                                     "are servers (use sampled_token with them)")
-                if self.train.optimizer_steps_per_update != 1:
-                    raise ValueError("method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
+                _require(not remote, "method.loss.kind", f"full_vocab_reverse_kl needs in-process teachers; {remote} "
+                         "are servers (use sampled_token with them)")
+                _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
+                         "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
         prompts = self.data.sampler.prompts_per_rollout * self.data.samples_per_prompt
-        if prompts % self.train.optimizer_steps_per_update:
-            raise ValueError(f"{prompts} responses per update are not divisible into "
-                             f"train.optimizer_steps_per_update={self.train.optimizer_steps_per_update} equal steps")
+        _require(prompts % self.train.optimizer_steps_per_update == 0, "train.optimizer_steps_per_update",
+                 f"{prompts} responses per update (data.sampler.prompts_per_rollout x data.samples_per_prompt) are "
+                 f"not divisible into {self.train.optimizer_steps_per_update} equal steps")

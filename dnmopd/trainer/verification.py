@@ -35,9 +35,9 @@ class Verification:
     @dataclass(kw_only=True, slots=True)
     class Config:
         math: MathVerifier.Config = field(default_factory=MathVerifier.Config)
-        """The math grader: worker processes, per-answer time-out and memory limit."""
+        """The math grader: rules (math_verify or paper), worker processes, per-answer time-out, memory limit."""
         code: CodeJudge.Config = field(default_factory=CodeJudge.Config)
-        """The code judge: workers, per-test and total time limits, memory, minimum sandbox isolation."""
+        """The code judge: rules (per_test or paper), workers, time limits, memory, minimum sandbox isolation."""
         on_no_verdict: str = "wrong"
         """wrong: a response the verifier could not judge (time-out, crash, exception) counts as wrong and is
         logged and counted (no_verdict/<domain>), as in the paper; stop: the run stops with the cause."""

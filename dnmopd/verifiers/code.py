@@ -1,36 +1,38 @@
 """Code verifier: run the response's program on the label's tests in the native sandbox.
 
-``CodeJudge(config).judge(response, label) -> bool | None`` (and its pooled ``submit``). True: every test passed;
-False: a test failed (wrong answer, crash, time or output limit, no program, does not compile); None: no
-verdict, because the sandbox itself failed (never a silent False). A malformed label raises ValueError.
+``CodeJudge(config).judge(response, label) -> bool | None`` (and its pooled ``submit``). True: every test
+passed; False: a test failed (wrong answer, crash, time or other limit, no program, does not compile, a forged
+result); None: no verdict, because the sandbox itself failed (never a silent False). A malformed label
+raises ValueError (``parse_label``, which the data loader uses to validate code labels). Model output never
+raises: any bytes, size or nesting in a program's output or return value is a verdict.
 
-**Program.** The last fenced block tagged ``python`` (also ``py``/``python3``, any case; an unclosed last
-fence runs to the end of the response), as in the reference judge. Fallbacks, where the reference judge would
-run the prose before the first fence: the last untagged fenced block; a response without any fence is the
-program itself. A response whose fences are all tagged with other languages has no program (False).
+**Programs see no label.** They run on the bare interpreter in a minimal view (``PythonRuntime``: the
+standard library without site-packages, no project package or data); the expected outputs never enter the
+sandbox: the comparison happens here.
 
-**Tests** (label ``{"inputs": [...], "outputs": [...], "fn_name"?}``): each test runs in a fresh sandboxed
-process with the per-test limits (CPU ``test_timeout_s``, wall ``test_wall_timeout_s``); all tests together
-must finish within ``total_timeout_s`` of wall time; the first failure ends the judgment. Without
-``fn_name`` the program reads the input on stdin and its stdout must match the expected text under the
-tolerant rules below. With ``fn_name`` the function (``Solution().fn`` when the program defines ``class
-Solution``) is called with the input's arguments (a list, or a string of one JSON value per line) and its
-return value must equal the expected value (a JSON string or a value) or that value's first element (the
-APPS/TACO one-element wrapper); tuples count as lists, dict keys as strings. Stdin-mode inputs and outputs
-given as lists of lines are joined by newlines.
+**Two rule sets** (``CodeJudge.Config.rules``; README "Code verifier" lists every difference):
 
-**Tolerant stdout comparison** (``outputs_match``, after the paper's PRIME judge), any of: (a) exact after
-stripping the whole text; (b) line by line after stripping every line and dropping empty lines; (c) token
-by token (whitespace-separated, in order), where a token pair also matches when both parse as floats that
-are close (``|a - b| <= 1e-8 + 1e-5 * |b|``, numpy's ``allclose`` defaults) and are not both plain
-integers. The reference judge's last rule (equal *sets* of tokens) is left out on purpose: in its code
-that branch never passes, and taken literally it would accept permuted or deduplicated answers.
+- ``per_test`` (default). Program: the last fenced block tagged ``python`` (also ``py``/``python3``, any
+  case; an unclosed last fence runs to the end of the response); else the last untagged fenced block; a
+  response without any fence is the program itself; one whose fences are all tagged with other languages
+  has none. Each test runs in a fresh sandboxed process under the per-test limits (CPU ``test_timeout_s``,
+  wall ``test_wall_timeout_s``), all of them within ``total_timeout_s``; the first failure ends the
+  judgment. Stdin tasks compare stdout, call-based tasks (``fn_name``; ``Solution().fn`` when the program
+  defines ``class Solution``) the return value, by the exact rules of ``dnmopd.verifiers.code_compare``.
+- ``paper``: the paper's judge (reference-behavior 6.3). Program: ``response.split("```python")[-1]
+  .split("```")[0]``. All tests in one sandboxed run under a 6 s global wall limit and the reference's 5 s
+  alarm per test, executed as the reference does (its import block and ``reliability_guard``, stdin programs
+  rewritten into ``code()`` with stdin patched, see ``dnmopd.sandbox.harness``), compared by its rules.
+
+**Labels** ``{"inputs": [...], "outputs": [...], "fn_name"?}``: stdin tasks give strings or lists of lines
+(joined by newlines); call-based tasks give argument lists or strings of one JSON value per line, and
+expected values or their JSON text.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import keyword
 import threading
 import time
 from collections.abc import Iterable
@@ -42,11 +44,17 @@ from dnmopd.sandbox import (
     Limits,
     PythonRuntime,
     SandboxError,
+    SandboxResult,
     isolation_level,
     isolation_rank,
+    records,
     run_python,
 )
+from dnmopd.verifiers.code_compare import outputs_match, paper_outputs_match, paper_returns_match, returns_match
 
+RULES = ("per_test", "paper")
+PAPER_TIMEOUT_S = 6.0
+"""The paper's global limit for all tests of one judgment (its per-test alarm is 5 s)."""
 _PYTHON_TAGS = {"python", "py", "python3"}
 
 
@@ -67,7 +75,7 @@ def _fenced_blocks(response: str) -> list[tuple[str, str]]:
 
 
 def extract_program(response: str) -> str | None:
-    """The program to run (see the module docstring), or None when the response has none."""
+    """The ``per_test`` program (see the module docstring), or None when the response has none."""
     blocks = _fenced_blocks(response)
     for wanted in (_PYTHON_TAGS, {""}):
         tagged = [body for tag, body in blocks if tag in wanted]
@@ -76,88 +84,109 @@ def extract_program(response: str) -> str | None:
     return None if "```" in response else response
 
 
+def paper_program(response: str) -> str:
+    """The reference judge's program: after the last ```` ```python ````, up to the next fence (the prose
+    before the first fence when there is no such block, the whole response when there is no fence)."""
+    return response.split("```python")[-1].split("```")[0]
+
+
 @dataclass(frozen=True, slots=True)
 class Tests:
+    """A label's tests, normalized: stdin tasks have input and expected texts, call-based tasks argument
+    lists and expected values."""
+
     inputs: list
     outputs: list
     fn_name: str | None
 
 
-def parse_label(label: str | dict) -> Tests:
-    """The label's tests; a ValueError names what is wrong with it."""
+def _unique_keys(pairs: list) -> dict:
+    keys = [key for key, _ in pairs]
+    duplicated = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicated:
+        raise ValueError(f"duplicate key {duplicated[0]!r}")
+    return dict(pairs)
+
+
+def _json(text: str, where: str):
     try:
-        tests = json.loads(label) if isinstance(label, str) else label
-    except json.JSONDecodeError as error:
-        raise ValueError(f"code label is not JSON: {error}") from error
-    if not isinstance(tests, dict) or not isinstance(tests.get("inputs"), list) or \
-            not isinstance(tests.get("outputs"), list):
-        raise ValueError("code label must be a JSON object with lists 'inputs' and 'outputs'")
-    if not tests["inputs"] or len(tests["inputs"]) != len(tests["outputs"]):
-        raise ValueError(f"code label needs as many outputs as inputs, and at least one: "
-                         f"{len(tests['inputs'])} inputs, {len(tests['outputs'])} outputs")
-    fn_name = tests.get("fn_name")
-    if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()):
-        raise ValueError(f"code label fn_name must be a Python identifier, got {fn_name!r}")
-    return Tests(tests["inputs"], tests["outputs"], fn_name)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"code label: {where} is not JSON ({error}): {text[:80]!r}") from error
 
 
-def _text(value) -> str:
-    """A stdin-mode input or output: lists are joined by newlines (APPS/TACO)."""
-    return "\n".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _is_close(got: str, want: str) -> bool:
-    if got.isdigit() and want.isdigit():
-        return False  # integers must match exactly
-    try:
-        a, b = float(got), float(want)
-    except ValueError:
-        return False
-    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= 1e-8 + 1e-5 * abs(b)
-
-
-def outputs_match(got: str, want: str) -> bool:
-    """The tolerant stdout comparison (see the module docstring)."""
-    if got.strip() == want.strip():
-        return True
-    lines = [line.strip() for line in got.splitlines() if line.strip()]
-    if lines == [line.strip() for line in want.splitlines() if line.strip()]:
-        return True
-    got_tokens, want_tokens = got.split(), want.split()
-    return len(got_tokens) == len(want_tokens) and all(
-        a == b or _is_close(a, b) for a, b in zip(got_tokens, want_tokens, strict=True))
-
-
-def _label_json(text: str, what: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"code label: call-based {what} {text[:80]!r} is not JSON ({error})") from error
-
-
-def _call_arguments(value) -> list:
-    """A call-based input: a list of arguments, or a string of one JSON value per line (APPS)."""
+def _text(value, where: str) -> str:
     if isinstance(value, str):
-        return [_label_json(line, "input line") for line in value.split("\n")]
+        return value
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    raise ValueError(f"code label: {where} must be a string or a list of strings, got {type(value).__name__}")
+
+
+def _call_arguments(value, where: str) -> list:
+    if isinstance(value, str):
+        return [_json(line, f"{where} line {number}") for number, line in enumerate(value.split("\n"), 1)]
+    if not isinstance(value, list):
+        raise ValueError(f"code label: {where} must be a list of arguments or JSON lines, got {type(value).__name__}")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"code label: {where} holds a value that is not JSON ({error})") from error
     return list(value)
 
 
-def returns_match(got, want) -> bool:
-    """Call-based comparison of a JSON-decoded return value with the expected value."""
-    want = _label_json(want, "output") if isinstance(want, str) else want
-    want = json.loads(json.dumps(want))  # tuples -> lists, int keys -> str, as the return value went
-    return got == want or (isinstance(want, list) and len(want) > 0 and got == want[0])
+def parse_label(label: str | dict) -> Tests:
+    """The label's tests, checked as the judge will use them; a ValueError names the field at fault."""
+    data = _json(label, "the label") if isinstance(label, str) else label
+    if not isinstance(data, dict):
+        raise ValueError(f"code label must be a JSON object with 'inputs' and 'outputs', got {type(data).__name__}")
+    for name in ("inputs", "outputs"):
+        if name not in data:
+            raise ValueError(f"code label: missing field '{name}'")
+        if not isinstance(data[name], list):
+            raise ValueError(f"code label: '{name}' must be a list, got {type(data[name]).__name__}")
+    inputs, outputs, fn_name = data["inputs"], data["outputs"], data.get("fn_name")
+    if not inputs or len(inputs) != len(outputs):
+        raise ValueError(f"code label needs as many outputs as inputs, and at least one: {len(inputs)} inputs, "
+                         f"{len(outputs)} outputs")
+    if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()
+                                or keyword.iskeyword(fn_name)):
+        raise ValueError(f"code label: 'fn_name' must be a plain Python identifier, got {str(fn_name)[:80]!r}")
+    if fn_name is None:
+        return Tests([_text(v, f"inputs[{i}]") for i, v in enumerate(inputs)],
+                     [_text(v, f"outputs[{i}]") for i, v in enumerate(outputs)], None)
+    return Tests([_call_arguments(v, f"inputs[{i}]") for i, v in enumerate(inputs)],
+                 [_json(v, f"outputs[{i}]") if isinstance(v, str) else v for i, v in enumerate(outputs)], fn_name)
+
+
+def _printable(text: str, limit: int = 2000) -> str:
+    """Model output for a log line: cut, and without lone surrogates (which no UTF-8 stream can write)."""
+    return text[:limit].encode("utf-8", "replace").decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
 class Judgment:
     """A verdict and why: ``passed``, ``no_program``, ``compile_error``, ``runtime_error``, ``time_limit``,
-    ``memory_limit``, ``output_limit``, ``wrong_answer`` or ``infrastructure`` (verdict None)."""
+    ``memory_limit``, ``output_limit``, ``disk_limit``, ``file_size_limit``, ``wrong_answer`` or
+    ``infrastructure`` (verdict None)."""
 
     verdict: bool | None
     reason: str
     failed_test: int | None = None
     detail: str = ""
+
+
+def _ended_early(result: SandboxResult, index: int) -> Judgment:
+    """Why the run gave no result for test ``index``."""
+    if result.limit in ("wall", "cpu"):
+        return Judgment(False, "time_limit", index, f"{result.limit} limit")
+    if result.limit:
+        return Judgment(False, f"{result.limit}_limit", index)
+    if result.signal_name == "SIGALRM":
+        return Judgment(False, "time_limit", index, "the reference judge's per-test alarm")
+    if result.exit_code == COMPILE_ERROR_EXIT:
+        return Judgment(False, "compile_error", index, _printable(result.stderr[-2000:]))
+    return Judgment(False, "runtime_error", index, _printable(result.stderr[-2000:] or str(result.signal_name)))
 
 
 class CodeJudge:
@@ -166,6 +195,12 @@ class CodeJudge:
 
     @dataclass(kw_only=True, slots=True)
     class Config:
+        rules: str = "per_test"
+        """How programs are extracted, run and compared: ``per_test`` (each test in its own sandboxed run
+        under the limits below, exact comparison) or ``paper`` (the paper's judge: its extraction, all tests
+        in one run under its 6 s global limit and 5 s per-test alarm, its comparison rules; ``test_timeout_s``,
+        ``test_wall_timeout_s``, ``total_timeout_s`` and ``prelude`` do not apply). README "Code verifier"
+        lists every difference."""
         workers: int = 4
         """Judgments run at once (each runs one sandboxed process at a time)."""
         queue_size: int = 64
@@ -180,19 +215,28 @@ class CodeJudge:
         memory_bytes: int = 1 << 30
         """Address space of each process of the program, and resident memory of all of them together."""
         max_processes: int = 8
-        """Processes and threads the program may have at once."""
+        """Processes and threads the program may have at once (the judge's harness takes one more)."""
         output_bytes: int = 16 << 20
-        """stdout kept per test; more output fails the test."""
+        """stdout kept per run; more output fails the test."""
         python: str = ""
-        """Interpreter for the programs; empty: the one running dnmopd. Its prefixes are mounted read-only."""
+        """Interpreter for the programs; empty: the one running dnmopd. Programs run on its base interpreter
+        (never a virtual environment) and see only its standard library."""
+        python_packages: list[str] = field(default_factory=list)
+        """Installed distributions of ``python``'s environment the programs may import (e.g. ``[numpy]``);
+        empty: the standard library only. ``dnmopd`` is refused (its package data holds labels)."""
         prelude: bool = True
         """Execute the reference judge's stdlib import block before each program."""
         min_isolation: str = "landlock"
         """Weakest sandbox level accepted (``namespaces`` > ``landlock`` > ``seccomp``); checked when the
         judge is built and on every run."""
+        isolation: str = "auto"
+        """The level runs ask for: ``auto`` (the strongest this machine allows) or a level, at least
+        ``min_isolation`` (to test a level, or to avoid one that misbehaves on a machine)."""
         limits: Limits = field(init=False)
 
         def __post_init__(self):
+            if self.rules not in RULES:
+                raise ValueError(f"CodeJudge.Config.rules must be one of {', '.join(RULES)}, got {self.rules!r}")
             for name in ("workers", "max_processes"):
                 if getattr(self, name) < 1:
                     raise ValueError(f"CodeJudge.Config.{name} must be >= 1, got {getattr(self, name)}")
@@ -202,17 +246,27 @@ class CodeJudge:
                 raise ValueError(f"CodeJudge.Config needs 0 < test_timeout_s <= test_wall_timeout_s <= "
                                  f"total_timeout_s, got {self.test_timeout_s}, {self.test_wall_timeout_s} and "
                                  f"{self.total_timeout_s}")
+            if not all(isinstance(name, str) and name for name in self.python_packages):
+                raise ValueError(f"CodeJudge.Config.python_packages must be distribution names, got "
+                                 f"{self.python_packages!r}")
             try:
                 isolation_rank(self.min_isolation)
-                self.limits = Limits(cpu_time_s=self.test_timeout_s, wall_time_s=self.test_wall_timeout_s,
-                                     memory_bytes=self.memory_bytes, processes=self.max_processes,
-                                     output_bytes=self.output_bytes)
+                if self.isolation != "auto" and isolation_rank(self.isolation) > isolation_rank(self.min_isolation):
+                    raise ValueError(f"isolation {self.isolation!r} is weaker than min_isolation "
+                                     f"{self.min_isolation!r}")
+                wall = PAPER_TIMEOUT_S if self.rules == "paper" else self.test_wall_timeout_s
+                cpu = PAPER_TIMEOUT_S if self.rules == "paper" else self.test_timeout_s
+                self.limits = Limits(cpu_time_s=cpu, wall_time_s=wall, memory_bytes=self.memory_bytes,
+                                     processes=self.max_processes + 1, output_bytes=self.output_bytes)
             except ValueError as error:
                 raise ValueError(f"CodeJudge.Config: {error}") from error
 
+        def build(self) -> CodeJudge:
+            return CodeJudge(self)
+
     def __init__(self, config: Config | None = None):
         self.config = config or CodeJudge.Config()
-        self.runtime = PythonRuntime.of(self.config.python or None)
+        self.runtime = PythonRuntime.of(self.config.python or None, tuple(self.config.python_packages))
         available = isolation_level()
         if available == "none" or isolation_rank(available) > isolation_rank(self.config.min_isolation):
             raise SandboxError(f"this machine's sandbox gives isolation {available!r}, weaker than "
@@ -227,7 +281,20 @@ class CodeJudge:
 
     def judge_details(self, response: str, label: str | dict) -> Judgment:
         tests = parse_label(label)
-        program = extract_program(response)
+        try:
+            if self.config.rules == "paper":
+                return self._judge_paper(paper_program(response), tests)
+            return self._judge_per_test(extract_program(response), tests)
+        except SandboxError as error:
+            return Judgment(None, "infrastructure", None, str(error))
+
+    def _run(self, program: str, limits: Limits, **how) -> SandboxResult:
+        result = run_python(program, limits=limits, runtime=self.runtime, isolation=self.config.isolation, **how)
+        if isolation_rank(result.isolation) > isolation_rank(self.config.min_isolation):
+            raise SandboxError(f"the run got isolation {result.isolation!r} ({result.fallback_reason})")
+        return result
+
+    def _judge_per_test(self, program: str | None, tests: Tests) -> Judgment:
         if program is None:
             return Judgment(False, "no_program")
         deadline = time.monotonic() + self.config.total_timeout_s
@@ -235,41 +302,60 @@ class CodeJudge:
             left = deadline - time.monotonic()
             if left <= 0:
                 return Judgment(False, "time_limit", index, "all tests together took too long")
-            try:
-                judgment = self._run_test(program, tests.fn_name, given, expected, index, left)
-            except SandboxError as error:
-                return Judgment(None, "infrastructure", index, str(error))
+            limits = self.config.limits
+            if left < limits.wall_time_s:
+                limits = replace(limits, wall_time_s=left, cpu_time_s=min(left, limits.cpu_time_s))
+            judgment = self._one_test(program, tests.fn_name, given, expected, index, limits)
             if judgment is not None:
                 return judgment
         return Judgment(True, "passed")
 
-    def _run_test(self, program: str, fn_name: str | None, given, expected, index: int,
-                  left: float) -> Judgment | None:
-        limits = self.config.limits
-        if left < limits.wall_time_s:
-            limits = replace(limits, wall_time_s=left, cpu_time_s=min(left, limits.cpu_time_s))
-        call = (fn_name, _call_arguments(given)) if fn_name else None
-        result = run_python(program, stdin="" if call else _text(given), call=call, limits=limits,
-                            runtime=self.runtime, prelude=self.config.prelude)
-        if isolation_rank(result.isolation) > isolation_rank(self.config.min_isolation):
-            raise SandboxError(f"the run got isolation {result.isolation!r} ({result.fallback_reason})")
-        if result.limit in ("wall", "cpu"):
-            return Judgment(False, "time_limit", index, f"{result.limit} limit")
-        if result.limit in ("output", "memory"):
-            return Judgment(False, f"{result.limit}_limit", index)
-        if result.exit_code == COMPILE_ERROR_EXIT and not result.stdout:
-            return Judgment(False, "compile_error", index, result.stderr[-2000:])
-        if not result.ok:
-            return Judgment(False, "runtime_error", index, result.stderr[-2000:] or str(result.signal_name))
-        if call:
+    def _one_test(self, program: str, fn_name: str | None, given, expected, index: int,
+                  limits: Limits) -> Judgment | None:
+        prelude = self.config.prelude
+        if fn_name is None:
+            result = self._run(program, limits, mode="script", stdin=given, prelude=prelude)
+            if result.limit or not result.ok:
+                return _ended_early(result, index)
             try:
-                returned = json.loads(result.stdout)
-            except json.JSONDecodeError:  # the program wrote into the result channel itself
-                return Judgment(False, "wrong_answer", index, f"not a JSON result: {result.stdout[:200]!r}")
-            matched = returns_match(returned, expected)
-        else:
-            matched = outputs_match(result.stdout, _text(expected))
-        return None if matched else Judgment(False, "wrong_answer", index, result.stdout[:2000])
+                text = result.stdout_data.decode("utf-8")
+            except UnicodeDecodeError:
+                return Judgment(False, "wrong_answer", index, "the output is not UTF-8 text")
+            return None if outputs_match(text, expected) else Judgment(False, "wrong_answer", index, _printable(text))
+        result = self._run(program, limits, mode="call", fn_name=fn_name, tests=[given], prelude=prelude)
+        found = records(result)
+        if result.limit:
+            return _ended_early(result, index)
+        if not found:
+            return _ended_early(result, index) if not result.ok else \
+                Judgment(False, "wrong_answer", index, "the program ended without its function returning")
+        return self._check_record(found[0], expected, returns_match, index)
+
+    def _judge_paper(self, program: str, tests: Tests) -> Judgment:
+        mode = {"mode": "paper", "fn_name": tests.fn_name, "tests": tests.inputs, "prelude": True}
+        result = self._run(program, self.config.limits, **mode)
+        found = records(result)
+        compare = paper_returns_match if tests.fn_name else paper_outputs_match
+        for index, expected in enumerate(tests.outputs):
+            if index >= len(found):
+                return _ended_early(result, index)
+            judgment = self._check_record(found[index], expected, compare, index)
+            if judgment is not None:
+                return judgment
+        return Judgment(True, "passed")
+
+    @staticmethod
+    def _check_record(record, expected, compare, index: int) -> Judgment | None:
+        """None when the test's record matches ``expected``, else why not."""
+        if record.kind == "error":
+            return Judgment(False, "runtime_error", index, _printable(record.text))
+        if record.kind == "forged":
+            return Judgment(False, "wrong_answer", index, f"forged result: {_printable(record.text)}")
+        got = record.value if record.kind == "value" else record.text
+        if compare(got, expected):
+            return None
+        shown = record.text if record.kind == "stdout" else "the returned value differs"
+        return Judgment(False, "wrong_answer", index, _printable(shown))
 
     def submit(self, response: str, label: str | dict) -> Future:
         """Queue a judgment; the future's result is its verdict. Blocks while the queue is full."""

@@ -9,10 +9,13 @@ Parameters per type (``n`` is a positive int; strings are non-empty):
     word_count_min, word_count_max, sentence_count, bullet_count, numbered_count, paragraph_count,
     highlight_count, placeholder_count                              -> n
     must_include, must_exclude                                      -> values (list of strings)
-    forbidden_chars                                                 -> value (one letter)
+    forbidden_chars                                                 -> values (list of single letters)
     starts_with, ends_with, repeat_first                            -> value
     wrapped_in                                                      -> open, close
     all_caps, all_lowercase, no_commas, valid_json                  -> (none)
+
+This is the released format (``teacher/if_train.jsonl``); e.g. ``{"type": "forbidden_chars", "values": ["e"]}``
+holds when none of the letters occurs, in either case.
 
 A malformed label is an error (``ConstraintError``; an unknown type raises ``UnknownConstraintError``),
 never a pass. A checker that meets output it cannot handle returns False for that constraint.
@@ -40,7 +43,8 @@ _BULLET = re.compile(r"^\s*[-*\u2022]\s+\S")
 _NUMBERED = re.compile(r"^\s*\d+[.)]\s+\S")
 _HIGHLIGHT = re.compile(r"\*\*(.+?)\*\*", re.DOTALL)
 _PLACEHOLDER = re.compile(r"\[[^\[\]\n]{1,60}\]")
-_LEADING_FENCE = re.compile(r"^```[^\n]*\n(.*?)\n?```$", re.DOTALL)
+_OPENING_FENCE = re.compile(r"^```[a-zA-Z]*\s*")
+_CLOSING_FENCE = re.compile(r"\s*```$")
 
 
 class ConstraintError(ValueError):
@@ -86,10 +90,9 @@ def _letters(text: str) -> list[str]:
 
 
 def _is_json(text: str) -> bool:
-    body = text.strip()
-    fenced = _LEADING_FENCE.match(body)
-    if fenced:
-        body = fenced.group(1)
+    """The paper's rule: an opening ```` ```lang ```` fence and a closing ```` ``` ```` are removed independently
+    (so a one-line ```` ```json {"a": 1}``` ```` parses), then the rest must be one JSON value."""
+    body = _CLOSING_FENCE.sub("", _OPENING_FENCE.sub("", text.strip()))
     try:
         json.loads(body)
     except (ValueError, RecursionError):
@@ -125,8 +128,9 @@ CONSTRAINT_TYPES: dict[str, ConstraintType] = {
     "must_exclude": ConstraintType(
         ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True
     ),
-    "forbidden_chars": ConstraintType(("value",), lambda r, value: value.lower() not in r.lower(),
-                                      vacuous_on_empty=True),
+    "forbidden_chars": ConstraintType(
+        ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True
+    ),
     "all_caps": ConstraintType((), lambda r: bool(_letters(r)) and all(c.isupper() for c in _letters(r))),
     "all_lowercase": ConstraintType((), lambda r: bool(_letters(r)) and all(c.islower() for c in _letters(r))),
     "starts_with": ConstraintType(("value",), lambda r, value: r.strip().startswith(value)),
@@ -167,8 +171,8 @@ def validate_constraint(spec: object, where: str = "constraint") -> dict:
         raise ConstraintError(f"{where}: type {kind!r} takes parameters {sorted(expected)}, got {sorted(given)}")
     for name in CONSTRAINT_TYPES[kind].params:
         _validate_param(name, spec[name], f"{where} ({kind})")
-    if kind == "forbidden_chars" and not (len(spec["value"]) == 1 and spec["value"].isalpha()):
-        raise ConstraintError(f"{where} (forbidden_chars): 'value' must be a single letter, got {spec['value']!r}")
+    if kind == "forbidden_chars" and not all(len(v) == 1 and v.isalpha() for v in spec["values"]):
+        raise ConstraintError(f"{where} (forbidden_chars): 'values' must be single letters, got {spec['values']!r}")
     return dict(spec)
 
 

@@ -1,8 +1,19 @@
-"""Math verifier: the last ``\\boxed{}`` of a response, checked for equivalence with math-verify.
+"""Math verifier: the last ``\\boxed{}`` of a response, checked for equivalence with the label.
 
-``grade(response, label)`` is the pure rule: no box in the response -> False; empty label -> False; a label
-that itself contains ``\\boxed{}`` is unwrapped; both sides are parsed by math-verify (LaTeX and plain
-expressions) and compared (string, numeric and symbolic equality).
+``grade(response, label, rules)`` is the pure rule. The answer is the content of the response's last
+``\\boxed{...}`` (braces balanced); a response whose last ``\\boxed`` is not followed by a closed ``{...}``
+(cut off mid-answer, ``\\boxed 5``) has no answer, even when an earlier box is complete. No answer or an
+empty label -> False; a label that itself contains ``\\boxed`` is unwrapped the same way. Two rule sets decide
+equality (``MathVerifier.Config.rules``):
+
+* ``math_verify`` (the default): both sides parsed by math-verify (LaTeX and plain expressions) and compared
+  (string, numeric and symbolic equality, sets and intervals);
+* ``paper``: the paper's GRPO math reward, Hendrycks MATH normalisation plus sympy equality
+  (``verifiers.math_paper``).
+
+They differ on purpose and are listed in README.md ("Verifiers"); e.g. ``\\boxed{5!}`` for ``120``,
+``2^{10}`` for ``1024``, ``\\frac24`` for ``\\frac12`` and ``1, 2, 3`` for ``3, 2, 1`` pass math-verify and fail
+the paper's rules; ``1e3`` for ``1000`` is the reverse.
 
 Symbolic comparison can run for minutes (``9^{9^{9^{9}}}``), so ``MathVerifier`` runs ``grade`` in a pool of
 persistent worker processes and bounds each answer by ``timeout_s``: a worker that does not answer in time is
@@ -24,15 +35,18 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from dnmopd.verifiers import math_paper
+
 logger = logging.getLogger(__name__)
 
 _BOX = "\\boxed"
 
 
 def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (braces balanced), or None if there is none or it is unclosed."""
-    start = text.rfind(_BOX + "{")
-    if start < 0:
+    """Content of the last ``\\boxed{...}`` (braces balanced); None when the last ``\\boxed`` has no closed
+    ``{...}`` right after it, or there is none."""
+    start = text.rfind(_BOX)
+    if start < 0 or not text.startswith("{", start + len(_BOX)):
         return None
     depth, begin = 0, start + len(_BOX)
     for pos in range(begin, len(text)):
@@ -45,13 +59,10 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def grade(response: str, label: str) -> bool:
-    """True iff the last boxed answer of ``response`` is equivalent to ``label`` (no time bound)."""
+def _math_verify_equal(answer: str, gold: str) -> bool:
     from math_verify import parse, verify
 
-    answer = last_boxed(response)
-    gold = last_boxed(label) if _BOX in label else label
-    if answer is None or gold is None or not gold.strip() or not answer.strip():
+    if not gold.strip() or not answer.strip():
         return False
     # Time bounds are ours (the worker is killed); math-verify's own SIGALRM timeouts would turn a hang into
     # a silent False.
@@ -60,18 +71,36 @@ def grade(response: str, label: str) -> bool:
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int) -> None:
-    """Worker process: import math-verify once, then answer ``(response, label)`` requests until None."""
+RULES = {"math_verify": _math_verify_equal, "paper": math_paper.grade}
+"""Rule sets: (extracted answer, extracted gold answer) -> equal?"""
+
+
+def grade(response: str, label: str, rules: str = "math_verify") -> bool:
+    """True iff the last boxed answer of ``response`` equals ``label`` under ``rules`` (no time bound)."""
+    if rules not in RULES:
+        raise ValueError(f"unknown math rules {rules!r} (known: {', '.join(RULES)})")
+    if not label:
+        return False
+    answer = last_boxed(response)
+    gold = last_boxed(label) if _BOX in label else label
+    if answer is None or gold is None:
+        return False
+    return RULES[rules](answer, gold)
+
+
+def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int, rules: str) -> None:
+    """Worker process: import the rules' libraries once, then answer ``(response, label)`` requests until None."""
     if memory_limit_mb:
         limit = memory_limit_mb << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # a runaway bignum raises MemoryError here
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-    import math_verify  # noqa: F401  (warm the import before announcing readiness)
+    for noisy in ("math_verify", "pylatexenc"):  # both log every answer they cannot parse
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    grade("\\boxed{\\sqrt{2}}", "x", rules)  # warm the imports (LaTeX parser, sympy) before announcing readiness
 
     conn.send(("ready", None))
     while (request := conn.recv()) is not None:
         try:
-            conn.send(("ok", grade(*request)))
+            conn.send(("ok", grade(*request, rules)))
         except Exception as exc:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
@@ -85,9 +114,9 @@ class _WorkerFailure(Exception):
 class _Worker:
     """One grader process and the parent's end of its pipe."""
 
-    def __init__(self, context: multiprocessing.context.BaseContext, memory_limit_mb: int) -> None:
+    def __init__(self, context: multiprocessing.context.BaseContext, memory_limit_mb: int, rules: str) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, memory_limit_mb), daemon=True,
+        self.process = context.Process(target=_worker_main, args=(child, memory_limit_mb, rules), daemon=True,
                                        name="dnmopd-math-grader")
         self.process.start()
         child.close()
@@ -141,8 +170,13 @@ class MathVerifier:
         """Bound on a worker's start-up (importing math-verify and sympy)."""
         memory_limit_mb: int = 4096
         """Address-space limit of each worker (0: none); an answer that exceeds it gets verdict None."""
+        rules: str = "math_verify"
+        """Equality rules: math_verify (math-verify's parser and comparison) or paper (the paper's GRPO math
+        reward: Hendrycks MATH normalisation + sympy); README.md lists where they differ."""
 
         def __post_init__(self) -> None:
+            if self.rules not in RULES:
+                raise ValueError(f"MathVerifier.Config.rules must be one of {', '.join(RULES)}, got {self.rules!r}")
             if self.memory_limit_mb < 0:
                 raise ValueError(f"MathVerifier.Config.memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
             if self.workers < 1:
@@ -188,7 +222,7 @@ class MathVerifier:
             raise
 
     def _new_worker(self) -> _Worker:
-        return _Worker(self._context, self.config.memory_limit_mb)
+        return _Worker(self._context, self.config.memory_limit_mb, self.config.rules)
 
     def verify(self, response: str, label: str) -> bool | None:
         """Verdict for one answer: True / False, or None when the grader timed out or failed."""

@@ -67,33 +67,80 @@ static int make_readonly(const char *target, struct error *err)
     return mount(NULL, target, NULL, flags, NULL) ? fail_errno(err, "read-only %s", target) : 0;
 }
 
-/* Returns 1 when the path does not exist and optional is set. */
+/*
+ * Walks path on the host, mirroring into root every symbolic link met on the way (the same link, so
+ * that it resolves inside as it does outside: /lib -> usr/lib, libz.so.1 -> libz.so.1.2.13), and writes
+ * the path with all links followed into resolved.
+ */
+static int mirror_links(const char *root, const char *path, char *resolved, size_t cap, struct error *err)
+{
+    char todo[PATH_MAX], walked[PATH_MAX] = "";
+    snprintf(todo, sizeof todo, "%s", path);
+    size_t at = 0;
+    for (int links = 0; todo[at];) {
+        while (todo[at] == '/')
+            at++;
+        size_t len = strcspn(todo + at, "/");
+        if (!len)
+            break;
+        char name[PATH_MAX], next[PATH_MAX];
+        snprintf(name, sizeof name, "%.*s", (int)len, todo + at);
+        at += len;
+        if (!strcmp(name, "."))
+            continue;
+        if (!strcmp(name, "..")) { /* what was walked holds no links: lexical is right */
+            char *slash = strrchr(walked, '/');
+            if (slash)
+                *slash = '\0';
+            continue;
+        }
+        if ((size_t)snprintf(next, sizeof next, "%s/%s", walked, name) >= sizeof next)
+            return fail(err, "path too long: %s", path);
+        struct stat st;
+        if (lstat(next, &st))
+            return fail_errno(err, "read-only path %s", path);
+        if (!S_ISLNK(st.st_mode)) {
+            snprintf(walked, sizeof walked, "%s", next);
+            continue;
+        }
+        char link[PATH_MAX], inside[PATH_MAX], rest[PATH_MAX];
+        ssize_t n = readlink(next, link, sizeof link - 1);
+        if (n < 0 || ++links > 40)
+            return n < 0 ? fail_errno(err, "readlink %s", next) : fail(err, "too many links in %s", path);
+        link[n] = '\0';
+        if (join(inside, sizeof inside, root, next, err) || make_parents(inside, err))
+            return -1;
+        if (symlink(link, inside) && errno != EEXIST)
+            return fail_errno(err, "symlink %s", inside);
+        snprintf(rest, sizeof rest, "%s", todo + at);
+        if ((size_t)snprintf(todo, sizeof todo, "%s/%s%s", link[0] == '/' ? "" : walked, link, rest) >= sizeof todo)
+            return fail(err, "path too long: %s", path);
+        walked[0] = '\0'; /* the new path is absolute: walk it again from the top */
+        at = 0;
+    }
+    snprintf(resolved, cap, "%s", walked[0] ? walked : "/");
+    return 0;
+}
+
+/* Binds path read-only at the same place in root (its links mirrored, see mirror_links). Returns 1
+ * when the path does not exist and optional is set. */
 static int expose_readonly(const char *root, const char *path, bool optional, struct error *err)
 {
-    char target[PATH_MAX];
+    char real[PATH_MAX], target[PATH_MAX];
     struct stat st;
-    if (lstat(path, &st)) {
+    if (stat(path, &st)) {
         if (optional && errno == ENOENT)
             return 1;
         return fail_errno(err, "read-only path %s", path);
     }
-    if (join(target, sizeof target, root, path, err) || make_parents(target, err))
+    if (mirror_links(root, path, real, sizeof real, err) || join(target, sizeof target, root, real, err) ||
+        make_parents(target, err))
         return -1;
-    if (S_ISLNK(st.st_mode)) { /* e.g. /bin -> usr/bin: the same link, resolved inside */
-        char link[PATH_MAX];
-        ssize_t n = readlink(path, link, sizeof link - 1);
-        if (n < 0)
-            return fail_errno(err, "readlink %s", path);
-        link[n] = '\0';
-        if (symlink(link, target) && errno != EEXIST)
-            return fail_errno(err, "symlink %s", target);
-        return 0;
-    }
     if (S_ISDIR(st.st_mode) ? mkdir(target, 0755) && errno != EEXIST
                             : mknod(target, S_IFREG | 0644, 0) && errno != EEXIST)
         return fail_errno(err, "mount point %s", target);
-    if (mount(path, target, NULL, MS_BIND | MS_REC, NULL))
-        return fail_errno(err, "bind %s", path);
+    if (mount(real, target, NULL, MS_BIND | MS_REC, NULL))
+        return fail_errno(err, "bind %s", real);
     return make_readonly(target, err);
 }
 
@@ -132,8 +179,8 @@ static int make_tmp(const char *root, const struct options *o, uid_t uid, gid_t 
     char tmp[PATH_MAX], data[128];
     if (join(tmp, sizeof tmp, root, SANDBOX_TMP, err))
         return -1;
-    snprintf(data, sizeof data, "mode=0700,uid=%u,gid=%u,size=%llu", (unsigned)uid, (unsigned)gid,
-             o->tmp_bytes);
+    snprintf(data, sizeof data, "mode=0700,uid=%u,gid=%u,size=%llu,nr_inodes=%llu", (unsigned)uid, (unsigned)gid,
+             o->tmp_bytes, tmp_entries_limit(o));
     if (mkdir(tmp, 0755) || mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, data))
         return fail_errno(err, "mount %s", tmp);
     for (size_t i = 0; i < o->file_count; i++)
@@ -163,6 +210,58 @@ static int enter_root(const char *root, struct error *err)
     return 0;
 }
 
+/* Mounts an empty tmpfs over a hidden directory of the view; returns 1 when mounted, 0 when the path
+ * is not a directory of the view (nothing to hide), -1 on error. */
+static int hide(const char *root, const char *path, struct error *err)
+{
+    char target[PATH_MAX];
+    struct stat st;
+    if (join(target, sizeof target, root, path, err))
+        return -1;
+    if (lstat(target, &st) || !S_ISDIR(st.st_mode))
+        return 0;
+    if (mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m,nr_inodes=4096"))
+        return fail_errno(err, "hide %s", path);
+    return 1;
+}
+
+static int seal(const char *root, const char *path, struct error *err)
+{
+    char target[PATH_MAX];
+    if (join(target, sizeof target, root, path, err))
+        return -1;
+    if (mount(NULL, target, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
+        return fail_errno(err, "read-only %s", target);
+    return 0;
+}
+
+/* The default and requested paths, then the hidden directories masked over them, then the requested
+ * paths beneath hidden ones (their mount points are made inside the still writable masks). */
+static int expose_view(const char *root, const struct options *o, struct error *err)
+{
+    for (unsigned long i = 0; !o->no_default_paths && i < default_ro_count; i++)
+        if (expose_readonly(root, default_ro_paths[i], true, err) < 0)
+            return -1;
+    for (size_t i = 0; i < o->ro_count; i++)
+        if (!path_hidden(o, o->ro_paths[i]) && expose_readonly(root, o->ro_paths[i], false, err) < 0)
+            return -1;
+    char *masked = calloc(o->hidden_count + 1, 1);
+    int rc = masked ? 0 : fail(err, "out of memory");
+    for (size_t i = 0; !rc && i < o->hidden_count; i++) {
+        int mounted = hide(root, o->hidden_paths[i], err);
+        rc = mounted < 0 ? -1 : 0;
+        masked[i] = mounted > 0;
+    }
+    for (size_t i = 0; !rc && i < o->ro_count; i++)
+        if (path_hidden(o, o->ro_paths[i]) && expose_readonly(root, o->ro_paths[i], false, err) < 0)
+            rc = -1;
+    for (size_t i = 0; !rc && i < o->hidden_count; i++)
+        if (masked[i])
+            rc = seal(root, o->hidden_paths[i], err);
+    free(masked);
+    return rc;
+}
+
 int build_private_root(const char *root, const struct options *o, uid_t uid, gid_t gid, bool *proc_mounted,
                        struct error *err)
 {
@@ -171,14 +270,8 @@ int build_private_root(const char *root, const struct options *o, uid_t uid, gid
     if (mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m"))
         return fail_errno(err, "mount tmpfs at %s", root);
     /* /tmp first: read-only paths beneath it then appear inside the private /tmp. */
-    if (make_tmp(root, o, uid, gid, err) || make_dev(root, err))
+    if (make_tmp(root, o, uid, gid, err) || make_dev(root, err) || expose_view(root, o, err))
         return -1;
-    for (unsigned long i = 0; i < default_ro_count; i++)
-        if (expose_readonly(root, default_ro_paths[i], true, err) < 0)
-            return -1;
-    for (size_t i = 0; i < o->ro_count; i++)
-        if (expose_readonly(root, o->ro_paths[i], false, err) < 0)
-            return -1;
     *proc_mounted = mount_proc(root);
     return enter_root(root, err);
 }
@@ -222,6 +315,41 @@ int make_host_dir(char *path, size_t cap, struct error *err)
     if ((size_t)snprintf(path, cap, "%s/dnmopd-sandbox-XXXXXX", base) >= cap)
         return fail(err, "TMPDIR too long");
     return mkdtemp(path) ? 0 : fail_errno(err, "mkdtemp %s", path);
+}
+
+static void tree_usage_at(int dirfd, int depth, unsigned long long max_entries, unsigned long long *bytes,
+                          unsigned long long *entries)
+{
+    DIR *d = fdopendir(dirfd);
+    if (!d) {
+        close(dirfd);
+        return;
+    }
+    rewinddir(d); /* a duplicate shares its offset with the descriptor it came from */
+    for (struct dirent *e; *entries <= max_entries && (e = readdir(d));) {
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+            fstatat(dirfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+            continue;
+        ++*entries;
+        *bytes += (unsigned long long)st.st_blocks * 512;
+        if (!S_ISDIR(st.st_mode))
+            continue;
+        int sub = depth < 64 ? openat(dirfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (sub >= 0)
+            tree_usage_at(sub, depth + 1, max_entries, bytes, entries);
+        else if (depth >= 64 || errno == EMFILE)
+            *entries = max_entries + 1;
+    }
+    closedir(d);
+}
+
+void tree_usage(int dirfd, unsigned long long max_entries, unsigned long long *bytes, unsigned long long *entries)
+{
+    *bytes = *entries = 0;
+    int fd = dup(dirfd);
+    if (fd >= 0)
+        tree_usage_at(fd, 0, max_entries, bytes, entries);
 }
 
 static void remove_entries(int dirfd)

@@ -25,6 +25,10 @@ int copy_into(const char *source, const char *dir, const char *name, bool chown_
 
 /* Creates a fresh 0700 directory under $TMPDIR (or /tmp) into path[cap]. */
 int make_host_dir(char *path, size_t cap, struct error *err);
+/* Disk blocks (bytes) and entries of the tree beneath dirfd, without following symlinks; stops early
+ * once more than max_entries are found or the tree is deeper than 64 (both count as max_entries + 1). */
+void tree_usage(int dirfd, unsigned long long max_entries, unsigned long long *bytes,
+                unsigned long long *entries);
 /* Removes a directory tree without following symlinks. */
 int remove_tree(const char *path);
 

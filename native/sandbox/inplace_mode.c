@@ -2,6 +2,7 @@
  * Landlock (when available) and seccomp, under rlimits, as a private uid when the caller is root.
  * This process is the subreaper of everything the program starts, so it can find and kill it all. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,7 @@ static enum outcome supervise(struct supervisor *sv, struct reaper *reaper,
         case EVENT_WALL:
         case EVENT_OUTPUT:
         case EVENT_MEMORY:
+        case EVENT_DISK:
             return record_limit(r, e, reaper->started_at);
         default:
             fail_errno(err, "supervising the program");
@@ -140,8 +142,12 @@ enum outcome run_in_place(const struct options *o, enum isolation level, struct 
     struct inplace p = {
         .o = o, .level = level, .privileged = privileged, .id = privileged ? run_id_for_root() : getuid(),
     };
-    int ctl[2], out[2], errp[2];
-    if (prepare_workdir(&p, err) || make_pipe(ctl, err) || make_pipe(out, err) || make_pipe(errp, err)) {
+    int ctl[2], out[2], errp[2], workdir_fd = -1;
+    if (prepare_workdir(&p, err) || make_pipe(ctl, err) || make_output_channel(out, err) ||
+        make_output_channel(errp, err) ||
+        (workdir_fd = open(p.workdir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        if (workdir_fd < 0 && p.workdir[0] && !err->message[0])
+            fail_errno(err, "open %s", p.workdir);
         if (p.workdir[0])
             remove_tree(p.workdir);
         return RUN_ERROR;
@@ -159,10 +165,11 @@ enum outcome run_in_place(const struct options *o, enum isolation level, struct 
     struct supervisor sv = {
         .out_fd = out[0], .err_fd = errp[0], .ctl_fd = ctl[0], .child_fd = child_fd,
         .output_limit = o->output_bytes, .deadline = reaper.started_at + o->wall_time_s,
-        .memory_limit = o->memory_bytes, .out = &r->out, .err = &r->err,
+        .memory_limit = o->memory_bytes, .disk_fd = workdir_fd, .disk_limit = o->tmp_bytes,
+        .entries_limit = tmp_entries_limit(o), .out = &r->out, .err = &r->err,
     };
     if (reaper.main_pid > 0)
-        watch_memory(&sv, getpid());
+        watch_usage(&sv, getpid());
     enum outcome outcome;
     if (reaper.main_pid < 0 || child_fd < 0)
         outcome = (enum outcome)fail_errno(err, "starting the program");
@@ -177,6 +184,7 @@ enum outcome run_in_place(const struct options *o, enum isolation level, struct 
     if (child_fd >= 0)
         close(child_fd);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    close(workdir_fd);
     remove_tree(p.workdir);
     return outcome;
 }

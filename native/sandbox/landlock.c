@@ -1,12 +1,18 @@
 #include "landlock.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "run.h"
 
 /* Spelled out here so that the build does not depend on how new the installed kernel headers are. */
 #ifndef __NR_landlock_create_ruleset
@@ -77,26 +83,60 @@ static int allow_beneath(int ruleset, const char *path, uint64_t rights, bool mi
     return rc ? fail_errno(err, "landlock: rule for %s", path) : 0;
 }
 
-static int add_rules(int ruleset, uint64_t handled, const char *const *read_paths, size_t n_read,
-                     const char *const *optional_paths, size_t n_optional, const char *write_dir,
+/* Read rights beneath path, except inside the hidden directories: a directory holding one gets only
+ * the listing right (which Landlock extends to everything beneath it), and each of its entries is
+ * handled the same way; symbolic links get no rule (what they point to needs its own). */
+static int allow_except_hidden(int ruleset, const struct options *o, const char *path, uint64_t rights,
+                               bool missing_ok, struct error *err)
+{
+    if (path_hidden(o, path))
+        return 0;
+    bool hides_below = false;
+    for (size_t i = 0; i < o->hidden_count && !hides_below; i++)
+        hides_below = path_beneath(o->hidden_paths[i], path);
+    if (!hides_below)
+        return allow_beneath(ruleset, path, rights, missing_ok, err);
+    int rc = allow_beneath(ruleset, path, rights & FS_READ_DIR, missing_ok, err);
+    DIR *d = rc == 0 ? opendir(path) : NULL;
+    if (rc)
+        return rc < 0 ? -1 : 0;
+    if (!d)
+        return fail_errno(err, "landlock: list %s", path);
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        char child[PATH_MAX];
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if ((size_t)snprintf(child, sizeof child, "%s/%s", strcmp(path, "/") ? path : "", e->d_name) >= sizeof child)
+            rc = fail(err, "landlock: path too long: %s/%s", path, e->d_name);
+        else if (lstat(child, &st) == 0 && !S_ISLNK(st.st_mode))
+            rc = allow_except_hidden(ruleset, o, child, rights, true, err) < 0 ? -1 : 0;
+    }
+    closedir(d);
+    return rc;
+}
+
+static int add_rules(int ruleset, uint64_t handled, const struct options *o, const char *write_dir,
                      struct error *err)
 {
     static const char *const devices[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
     const uint64_t read_exec = (FS_EXECUTE | FS_READ_FILE | FS_READ_DIR) & handled;
-    for (size_t i = 0; i < n_read; i++)
-        if (allow_beneath(ruleset, read_paths[i], read_exec, false, err) < 0)
+    for (unsigned long i = 0; !o->no_default_paths && i < default_ro_count; i++)
+        if (allow_except_hidden(ruleset, o, default_ro_paths[i], read_exec, true, err) < 0)
             return -1;
-    for (size_t i = 0; i < n_optional; i++)
-        if (allow_beneath(ruleset, optional_paths[i], read_exec, true, err) < 0)
+    for (size_t i = 0; i < o->ro_count; i++) { /* one beneath a hidden directory was asked for explicitly */
+        const char *path = o->ro_paths[i];
+        if ((path_hidden(o, path) ? allow_beneath(ruleset, path, read_exec, false, err)
+                                  : allow_except_hidden(ruleset, o, path, read_exec, false, err)) < 0)
             return -1;
+    }
     for (size_t i = 0; i < sizeof devices / sizeof devices[0]; i++)
         if (allow_beneath(ruleset, devices[i], (FS_READ_FILE | FS_WRITE_FILE) & handled, true, err) < 0)
             return -1;
     return allow_beneath(ruleset, write_dir, handled, false, err) < 0 ? -1 : 0;
 }
 
-int apply_landlock(const char *const *read_paths, size_t n_read, const char *const *optional_paths,
-                   size_t n_optional, const char *write_dir, struct error *err)
+int apply_landlock(const struct options *o, const char *write_dir, struct error *err)
 {
     int abi = landlock_abi();
     if (abi <= 0)
@@ -114,8 +154,7 @@ int apply_landlock(const char *const *read_paths, size_t n_read, const char *con
     int ruleset = (int)syscall(__NR_landlock_create_ruleset, &attr, attr_size, 0);
     if (ruleset < 0)
         return fail_errno(err, "landlock: create ruleset (ABI %d)", abi);
-    int rc = add_rules(ruleset, attr.handled_access_fs, read_paths, n_read, optional_paths, n_optional,
-                       write_dir, err);
+    int rc = add_rules(ruleset, attr.handled_access_fs, o, write_dir, err);
     if (rc == 0 && syscall(__NR_landlock_restrict_self, ruleset, 0))
         rc = fail_errno(err, "landlock: restrict self");
     close(ruleset);

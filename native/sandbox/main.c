@@ -109,6 +109,9 @@ int main(int argc, char **argv)
     struct run_result r = {0};
     int rc = EXIT_REPORTED;
     if (run(&o, &r, &err) == RUN_OK) {
+        /* Output past the limit that arrived after the program ended still exceeded it. */
+        if (r.limit == LIMIT_NONE && (r.out.total > o.output_bytes || r.err.total > o.output_bytes))
+            r.limit = LIMIT_OUTPUT;
         account_children(&r);
         print_report(stdout, &r, &o);
     } else {

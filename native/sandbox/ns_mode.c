@@ -128,7 +128,7 @@ static enum outcome supervise_namespaces(const struct options *o, pid_t init_pid
             if (m.kind == MSG_STARTED) {
                 started_at = monotonic_seconds();
                 sv->deadline = started_at + o->wall_time_s;
-                watch_memory(sv, init_pid);
+                watch_usage(sv, init_pid);
                 r->proc_mounted = m.flags & FLAG_PROC_MOUNTED;
                 continue;
             }
@@ -148,6 +148,7 @@ static enum outcome supervise_namespaces(const struct options *o, pid_t init_pid
             return record_limit(r, e, started_at);
         case EVENT_OUTPUT:
         case EVENT_MEMORY:
+        case EVENT_DISK:
             return record_limit(r, e, started_at);
         default:
             fail(err, "the sandbox's init process ended unexpectedly");
@@ -169,7 +170,8 @@ enum outcome run_namespaces(const struct options *o, bool probe_only, struct run
     int sync[2], ctl[2], out[2], errp[2];
     if (make_host_dir(root, sizeof root, err))
         return RUN_ERROR;
-    if (make_pipe(sync, err) || make_pipe(ctl, err) || make_pipe(out, err) || make_pipe(errp, err)) {
+    if (make_pipe(sync, err) || make_pipe(ctl, err) || make_output_channel(out, err) ||
+        make_output_channel(errp, err)) {
         rmdir(root);
         return RUN_ERROR;
     }
@@ -190,7 +192,7 @@ enum outcome run_namespaces(const struct options *o, bool probe_only, struct run
     struct supervisor sv = {
         .out_fd = out[0], .err_fd = errp[0], .ctl_fd = ctl[0], .child_fd = -1,
         .output_limit = o->output_bytes, .deadline = monotonic_seconds() + SETUP_TIMEOUT_S,
-        .memory_limit = o->memory_bytes, .out = &r->out, .err = &r->err,
+        .memory_limit = o->memory_bytes, .disk_fd = -1, .out = &r->out, .err = &r->err,
     };
     enum outcome outcome = RUN_UNAVAILABLE;
     if (pid < 0) {

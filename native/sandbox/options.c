@@ -39,8 +39,13 @@ void print_usage(FILE *out)
         "  --file-size=BYTES   largest file the program may write (default 16M)\n"
         "  --open-files=N      open file descriptors per process (default 64)\n"
         "  --output=BYTES      stdout and stderr kept per stream; more ends the run (default 1M)\n"
-        "  --tmp-size=BYTES    size of the private temporary directory (default 64M; namespaces only)\n"
+        "  --tmp-size=BYTES    size of the private temporary directory, and 1 file per 4K of it (default\n"
+        "                      64M; namespaces: a tmpfs; other levels: sampled, the run is killed past it)\n"
         "  --ro=PATH           also expose host PATH read-only (repeatable)\n"
+        "  --hide=PATH         mask directory PATH inside the exposed ones: namespaces show it empty,\n"
+        "                      Landlock lists its names but reads nothing in it (repeatable; --ro paths\n"
+        "                      beneath it stay visible)\n"
+        "  --no-default-paths  expose only the --ro paths, not the system directories (/usr, /bin, /lib...)\n"
         "  --file=NAME=SOURCE  copy host file SOURCE into the temporary directory as NAME (repeatable)\n"
         "  --env=KEY=VALUE     add to the program's environment (repeatable)\n"
         "  --probe             print which isolation levels this machine allows, as JSON, and exit\n"
@@ -118,22 +123,43 @@ static int parse_isolation(const char *text, enum isolation *out, struct error *
     return fail(err, "--isolation: expected auto, namespaces, landlock or seccomp, got '%s'", text);
 }
 
+bool path_beneath(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return !strncmp(path, dir, n) && (path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+bool path_hidden(const struct options *o, const char *path)
+{
+    for (size_t i = 0; i < o->hidden_count; i++)
+        if (path_beneath(path, o->hidden_paths[i]))
+            return true;
+    return false;
+}
+
+/* An absolute path, without trailing slashes (stripped in place). */
+static int absolute_path(char *arg, const char *option, struct error *err)
+{
+    if (arg[0] != '/')
+        return fail(err, "--%s: expected an absolute path, got '%s'", option, arg);
+    for (size_t n = strlen(arg); n > 1 && arg[n - 1] == '/'; n--)
+        arg[n - 1] = '\0';
+    return 0;
+}
+
 /* Paths the sandbox builds itself (or the whole host): exposing them would undo the isolation. */
 static bool is_reserved(const char *path)
 {
     static const char *const reserved[] = {"/", "/tmp", "/dev", "/proc"};
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/')
-        n--;
     for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
-        if (strlen(reserved[i]) == n && !strncmp(path, reserved[i], n))
+        if (!strcmp(path, reserved[i]))
             return true;
     return false;
 }
 
 enum {
     OPT_ISOLATION = 256, OPT_CPU, OPT_WALL, OPT_MEMORY, OPT_PROCESSES, OPT_FILE_SIZE, OPT_OPEN_FILES,
-    OPT_OUTPUT, OPT_TMP, OPT_RO, OPT_FILE, OPT_ENV, OPT_PROBE, OPT_HELP,
+    OPT_OUTPUT, OPT_TMP, OPT_RO, OPT_HIDE, OPT_NO_DEFAULT_PATHS, OPT_FILE, OPT_ENV, OPT_PROBE, OPT_HELP,
 };
 
 static int apply_option(struct options *o, int id, char *arg, struct error *err)
@@ -158,11 +184,18 @@ static int apply_option(struct options *o, int id, char *arg, struct error *err)
         o->open_files = (unsigned long)n;
         return 0;
     case OPT_RO:
-        if (arg[0] != '/')
-            return fail(err, "--ro: expected an absolute path, got '%s'", arg);
+        if (absolute_path(arg, "ro", err))
+            return -1;
         if (is_reserved(arg))
             return fail(err, "--ro: '%s' cannot be exposed: /, /tmp, /dev and /proc are the sandbox's own", arg);
         return append(&o->ro_paths, &o->ro_count, arg) ? fail(err, "out of memory") : 0;
+    case OPT_HIDE:
+        if (absolute_path(arg, "hide", err))
+            return -1;
+        if (!strcmp(arg, "/"))
+            return fail(err, "--hide: '/' cannot be hidden (use --no-default-paths)");
+        return append(&o->hidden_paths, &o->hidden_count, arg) ? fail(err, "out of memory") : 0;
+    case OPT_NO_DEFAULT_PATHS: o->no_default_paths = true; return 0;
     case OPT_FILE: return add_file(o, arg, err);
     case OPT_ENV:
         if (!strchr(arg, '=') || arg[0] == '=')
@@ -186,6 +219,8 @@ int parse_options(int argc, char **argv, struct options *opts, struct error *err
         {"output", required_argument, NULL, OPT_OUTPUT},
         {"tmp-size", required_argument, NULL, OPT_TMP},
         {"ro", required_argument, NULL, OPT_RO},
+        {"hide", required_argument, NULL, OPT_HIDE},
+        {"no-default-paths", no_argument, NULL, OPT_NO_DEFAULT_PATHS},
         {"file", required_argument, NULL, OPT_FILE},
         {"env", required_argument, NULL, OPT_ENV},
         {"probe", no_argument, NULL, OPT_PROBE},
@@ -220,6 +255,7 @@ int parse_options(int argc, char **argv, struct options *opts, struct error *err
 void free_options(struct options *opts)
 {
     free(opts->ro_paths);
+    free(opts->hidden_paths);
     free(opts->files);
     free(opts->env);
 }

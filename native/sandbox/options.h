@@ -33,9 +33,12 @@ struct options {
     unsigned long long file_size_bytes; /* per file, RLIMIT_FSIZE */
     unsigned long open_files;        /* per process, RLIMIT_NOFILE */
     unsigned long long output_bytes; /* per stream; more output ends the run */
-    unsigned long long tmp_bytes;    /* size of the private temporary directory (namespaces mode) */
+    unsigned long long tmp_bytes;    /* size of the private temporary directory (every level) */
     const char **ro_paths;           /* extra read-only paths (absolute) */
     size_t ro_count;
+    const char **hidden_paths;       /* directories masked inside the exposed ones (absolute) */
+    size_t hidden_count;
+    bool no_default_paths;           /* expose only ro_paths, not default_ro_paths */
     struct file_copy *files;
     size_t file_count;
     const char **env; /* KEY=VALUE added to the program's otherwise minimal environment */
@@ -43,6 +46,17 @@ struct options {
     char **command; /* NULL-terminated; command[0] is looked up on the sandbox's PATH */
     bool probe;
 };
+
+/* Files and directories the private temporary directory may hold (1 per 4 KiB of --tmp-size). */
+static inline unsigned long long tmp_entries_limit(const struct options *o)
+{
+    return o->tmp_bytes / 4096 < 64 ? 64 : o->tmp_bytes / 4096;
+}
+
+/* path is dir or lies beneath it (both absolute, without trailing slashes). */
+bool path_beneath(const char *path, const char *dir);
+/* The path is one of the hidden directories or lies beneath one. */
+bool path_hidden(const struct options *o, const char *path);
 
 /* Fills opts from argv. Returns 0, 1 when --help was printed, or -1 with a message in err. */
 int parse_options(int argc, char **argv, struct options *opts, struct error *err);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -109,16 +110,37 @@ size_t kill_descendants(pid_t root)
     return found;
 }
 
-long long descendants_rss_bytes(pid_t root)
+/* Blocks of the regular files pid holds open that have no name left (unlinked while open, O_TMPFILE). */
+static long long deleted_file_bytes(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    long long bytes = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char fd_path[320];
+        struct stat st;
+        snprintf(fd_path, sizeof fd_path, "%s/%s", path, e->d_name);
+        if (e->d_name[0] != '.' && stat(fd_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0)
+            bytes += (long long)st.st_blocks * 512;
+    }
+    if (d)
+        closedir(d);
+    return bytes;
+}
+
+void descendants_usage(pid_t root, bool count_files, struct tree_usage *usage)
 {
     struct process_table t = {0};
     for_each_process("stat", collect, &t);
     char *mine = mark_descendants(&t, root);
-    long long pages = 0;
+    *usage = (struct tree_usage){0};
     for (size_t i = 0; mine && i < t.n; i++)
-        if (mine[i])
-            pages += t.rss_pages[i];
+        if (mine[i]) {
+            usage->rss_bytes += t.rss_pages[i] * sysconf(_SC_PAGESIZE);
+            if (count_files)
+                usage->deleted_file_bytes += deleted_file_bytes(t.pid[i]);
+        }
     free(mine);
     free_table(&t);
-    return pages * sysconf(_SC_PAGESIZE);
 }

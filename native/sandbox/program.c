@@ -24,7 +24,7 @@ const unsigned long default_ro_count = sizeof default_ro_paths / sizeof default_
 
 const char *limit_name(enum limit limit)
 {
-    static const char *const names[] = {NULL, "wall", "output", "memory", "cpu", "file_size"};
+    static const char *const names[] = {NULL, "wall", "output", "memory", "cpu", "file_size", "disk"};
     return names[limit];
 }
 
@@ -104,9 +104,7 @@ static int confine(const struct program_setup *s, struct error *err)
         return fail_errno(err, "prctl(PR_SET_PDEATHSIG)");
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
         return fail_errno(err, "prctl(PR_SET_NO_NEW_PRIVS)");
-    if (s->level == ISOLATION_LANDLOCK &&
-        apply_landlock(s->opts->ro_paths, s->opts->ro_count, default_ro_paths, default_ro_count,
-                       s->workdir, err))
+    if (s->level == ISOLATION_LANDLOCK && apply_landlock(s->opts, s->workdir, err))
         return -1;
     return install_seccomp(s->level != ISOLATION_NAMESPACES, getpid(), err);
 }

@@ -6,8 +6,9 @@
 
 #include "run.h"
 
-#define REPORT_VERSION 1
+#define REPORT_VERSION 2
 
+/* stdout and stderr go in base64 ("stdout_base64"): the program's bytes exactly, whatever they are. */
 void print_report(FILE *f, const struct run_result *r, const struct options *o);
 /* {"version": 1, "error": message}: the program could not be run at all. */
 void print_error(FILE *f, const char *message);

@@ -25,7 +25,8 @@ void record_exit(struct run_result *r, int status, int flags)
 
 enum outcome record_limit(struct run_result *r, enum event e, double started_at)
 {
-    r->limit = e == EVENT_WALL ? LIMIT_WALL : e == EVENT_OUTPUT ? LIMIT_OUTPUT : LIMIT_MEMORY;
+    r->limit = e == EVENT_WALL ? LIMIT_WALL : e == EVENT_OUTPUT ? LIMIT_OUTPUT : e == EVENT_DISK ? LIMIT_DISK
+                                                                                  : LIMIT_MEMORY;
     r->term_signal = SIGKILL;
     r->wall_time_s = monotonic_seconds() - started_at;
     return RUN_OK;
@@ -41,39 +42,61 @@ void account_children(struct run_result *r)
     r->peak_memory_bytes = (long long)ru.ru_maxrss * 1024; /* the largest single process */
 }
 
+/* The length of the valid UTF-8 sequence at p (at most left bytes), or 0. */
+static size_t utf8_length(const unsigned char *p, size_t left)
+{
+    unsigned char c = p[0];
+    size_t want = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (!want || want > left)
+        return 0;
+    uint32_t cp = c & (0x7f >> want);
+    for (size_t k = 1; k < want; k++) {
+        if ((p[k] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[k] & 0x3f);
+    }
+    bool overlong = (want == 3 && cp < 0x800) || (want == 4 && cp < 0x10000);
+    return overlong || (cp >= 0xd800 && cp < 0xe000) || cp > 0x10ffff ? 0 : want;
+}
+
 /* JSON string; invalid UTF-8 becomes U+FFFD so that the report is always valid JSON. */
 static void put_string(FILE *f, const char *s, size_t n)
 {
     fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; p < (const unsigned char *)s + n;) {
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end;) {
         unsigned char c = *p;
-        size_t left = (size_t)((const unsigned char *)s + n - p), len = 0;
+        size_t len = 1;
         if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c), len = 1;
+            fprintf(f, "\\%c", c);
         else if (c == '\n')
-            fputs("\\n", f), len = 1;
+            fputs("\\n", f);
         else if (c == '\t')
-            fputs("\\t", f), len = 1;
+            fputs("\\t", f);
         else if (c == '\r')
-            fputs("\\r", f), len = 1;
+            fputs("\\r", f);
         else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\u%04x", c), len = 1;
+            fprintf(f, "\\u%04x", c);
         else if (c < 0x80)
-            fputc(c, f), len = 1;
-        else {
-            size_t want = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-            uint32_t cp = want == 2 ? c & 0x1f : want == 3 ? c & 0x0f : c & 0x07;
-            size_t k = 1;
-            for (; want && k < want && k < left && (p[k] & 0xc0) == 0x80; k++)
-                cp = (cp << 6) | (p[k] & 0x3f);
-            bool valid = want && k == want && !(want == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) &&
-                         !(want == 4 && (cp < 0x10000 || cp > 0x10ffff));
-            if (valid)
-                fwrite(p, 1, want, f), len = want;
-            else
-                fputs("\\ufffd", f), len = 1;
-        }
+            fputc(c, f);
+        else if ((len = utf8_length(p, (size_t)(end - p))))
+            fwrite(p, 1, len, f);
+        else
+            fputs("\\ufffd", f), len = 1;
         p += len;
+    }
+    fputc('"', f);
+}
+
+/* Base64 (RFC 4648, padded) as a JSON string: any bytes, 4/3 of their size. */
+static void put_base64(FILE *f, const unsigned char *p, size_t n)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    fputc('"', f);
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        char quad[4] = {digits[v >> 18], digits[(v >> 12) & 63], i + 1 < n ? digits[(v >> 6) & 63] : '=',
+                        i + 2 < n ? digits[v & 63] : '='};
+        fwrite(quad, 1, 4, f);
     }
     fputc('"', f);
 }
@@ -94,8 +117,8 @@ static void put_text(FILE *f, const char *key, const char *value)
 
 static void put_capture(FILE *f, const char *key, const struct capture *c, unsigned long long limit)
 {
-    fprintf(f, "\"%s\":", key);
-    put_string(f, c->data ? c->data : "", c->kept);
+    fprintf(f, "\"%s_base64\":", key);
+    put_base64(f, (const unsigned char *)(c->data ? c->data : ""), c->kept);
     fprintf(f, ",\"%s_bytes\":%llu,\"%s_truncated\":%s", key, c->total, key, c->total > limit ? "true" : "false");
 }
 

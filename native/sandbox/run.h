@@ -9,7 +9,7 @@
 #include "util.h"
 
 /* Which limit ended or interrupted the run. */
-enum limit { LIMIT_NONE, LIMIT_WALL, LIMIT_OUTPUT, LIMIT_MEMORY, LIMIT_CPU, LIMIT_FILE_SIZE };
+enum limit { LIMIT_NONE, LIMIT_WALL, LIMIT_OUTPUT, LIMIT_MEMORY, LIMIT_CPU, LIMIT_FILE_SIZE, LIMIT_DISK };
 const char *limit_name(enum limit limit);
 
 struct capture {

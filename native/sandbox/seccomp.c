@@ -36,6 +36,14 @@ static const int denied_syscalls[] = {
     __NR_bpf, __NR_perf_event_open, __NR_userfaultfd, __NR_io_uring_setup, __NR_io_uring_enter,
     __NR_io_uring_register, __NR_open_by_handle_at, __NR_name_to_handle_at, __NR_fanotify_init,
     __NR_vhangup, __NR_lookup_dcookie,
+    /* memory that no process's resident set shows (so the memory limit would not count it), and SysV
+     * and POSIX message queues, which outlive the run where there is no IPC namespace */
+    __NR_memfd_create, __NR_shmget, __NR_shmat, __NR_shmdt, __NR_shmctl, __NR_semget, __NR_semop,
+    __NR_semtimedop, __NR_semctl, __NR_msgget, __NR_msgsnd, __NR_msgrcv, __NR_msgctl, __NR_mq_open,
+    __NR_mq_unlink, __NR_mq_timedsend, __NR_mq_timedreceive, __NR_mq_notify, __NR_mq_getsetattr,
+#ifdef __NR_memfd_secret
+    __NR_memfd_secret,
+#endif
 #ifdef __NR_iopl
     __NR_iopl,
 #endif
@@ -117,6 +125,7 @@ static void build(struct program *p, bool own_group_signals, pid_t own_pid)
     const uint32_t unix_only[] = {AF_UNIX};
     const uint32_t tty_injection[] = {TIOCSTI, TIOCLINUX};
     const uint32_t self_only[] = {0};
+    const uint32_t dumpable[] = {PR_SET_DUMPABLE};
     const uint32_t new_namespaces = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
                                     CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
 
@@ -132,8 +141,12 @@ static void build(struct program *p, bool own_group_signals, pid_t own_pid)
         on_syscall(p, denied_syscalls[i], ERRNO(EPERM));
     on_syscall(p, __NR_clone3, ERRNO(ENOSYS));
     on_syscall_flags(p, __NR_clone, 0, new_namespaces, ERRNO(EPERM));
-    on_syscall_arg(p, __NR_socket, 0, unix_only, 1, SECCOMP_RET_ALLOW, ERRNO(EACCES));
+    /* No socket of any family: a unix socket could reach the host's (Landlock does not cover pathname
+     * sockets). A connected pair of unix sockets reaches nothing else. */
+    on_syscall(p, __NR_socket, ERRNO(EACCES));
     on_syscall_arg(p, __NR_socketpair, 0, unix_only, 1, SECCOMP_RET_ALLOW, ERRNO(EACCES));
+    /* Undumpable, a process's /proc files are closed to an unprivileged supervisor (which reads them). */
+    on_syscall_arg(p, __NR_prctl, 0, dumpable, 1, ERRNO(EPERM), SECCOMP_RET_ALLOW);
     on_syscall_arg(p, __NR_ioctl, 1, tty_injection, 2, ERRNO(EPERM), SECCOMP_RET_ALLOW);
     on_syscall_arg(p, __NR_prlimit64, 0, self_only, 1, SECCOMP_RET_ALLOW, ERRNO(EPERM));
     if (own_group_signals)

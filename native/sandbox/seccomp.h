@@ -16,8 +16,10 @@
  *     falls back to clone), chroot and pivot_root;
  *   - kernel-wide operations (modules, kexec, reboot, swap, clocks, hostname, accounting, quotas,
  *     syslog, keyrings, bpf, perf events, userfaultfd, io_uring, file handles, fanotify);
- *   - every socket family except AF_UNIX (EACCES);
- *   - terminal injection ioctls (TIOCSTI, TIOCLINUX); prlimit on another process.
+ *   - socket() of every family, socketpair() except AF_UNIX (EACCES);
+ *   - memfd_create, SysV shared memory, semaphores and message queues, POSIX message queues;
+ *   - terminal injection ioctls (TIOCSTI, TIOCLINUX); prlimit on another process;
+ *   - prctl(PR_SET_DUMPABLE) (the supervisor reads the program's /proc files).
  * With own_group_signals, signals may only go to the program's own process group or its first process
  * (`own_pid`): used where no pid namespace hides the caller's processes.
  */

@@ -6,17 +6,28 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "fs.h"
 #include "proctree.h"
 
-#define MEMORY_CHECK_MIN_INTERVAL_S 0.02
-#define MEMORY_CHECK_MAX_SHARE 20 /* sample at most 1/20 of the time */
+#define CHECK_MIN_INTERVAL_S 0.02
+#define CHECK_MAX_SHARE 20 /* sample at most 1/20 of the time */
 
 int make_pipe(int fds[2], struct error *err)
 {
     return pipe2(fds, O_CLOEXEC) ? fail_errno(err, "pipe") : 0;
+}
+
+int make_output_channel(int fds[2], struct error *err)
+{
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds))
+        return fail_errno(err, "socketpair");
+    shutdown(fds[0], SHUT_WR); /* the supervisor's end only reads, the program's only writes */
+    shutdown(fds[1], SHUT_RD);
+    return 0;
 }
 
 /* Returns true when the stream is now over the limit. */
@@ -78,22 +89,29 @@ static int timeout_ms(double deadline)
     return left <= 0 ? 0 : (int)ceil(left * 1000.0);
 }
 
-void watch_memory(struct supervisor *s, pid_t root)
+void watch_usage(struct supervisor *s, pid_t root)
 {
     s->tree_root = root;
-    s->next_memory_check = monotonic_seconds() + MEMORY_CHECK_MIN_INTERVAL_S;
+    s->next_check = monotonic_seconds() + CHECK_MIN_INTERVAL_S;
 }
 
-/* Returns true when the program's processes together hold more than the memory limit. */
-static bool over_memory(struct supervisor *s)
+/* EVENT_MEMORY or EVENT_DISK when a sample is due and over its limit, else EVENT_MESSAGE. */
+static enum event over_limits(struct supervisor *s)
 {
     double start = monotonic_seconds();
-    if (s->tree_root <= 0 || start < s->next_memory_check)
-        return false;
-    long long rss = descendants_rss_bytes(s->tree_root);
-    double now = monotonic_seconds(), spent = (now - start) * MEMORY_CHECK_MAX_SHARE;
-    s->next_memory_check = now + (spent > MEMORY_CHECK_MIN_INTERVAL_S ? spent : MEMORY_CHECK_MIN_INTERVAL_S);
-    return rss > (long long)s->memory_limit;
+    if (s->tree_root <= 0 || start < s->next_check)
+        return EVENT_MESSAGE;
+    struct tree_usage usage;
+    descendants_usage(s->tree_root, s->disk_fd >= 0, &usage);
+    unsigned long long bytes = 0, entries = 0;
+    if (s->disk_fd >= 0)
+        tree_usage(s->disk_fd, s->entries_limit, &bytes, &entries);
+    double now = monotonic_seconds(), spent = (now - start) * CHECK_MAX_SHARE;
+    s->next_check = now + (spent > CHECK_MIN_INTERVAL_S ? spent : CHECK_MIN_INTERVAL_S);
+    if (usage.rss_bytes > (long long)s->memory_limit)
+        return EVENT_MEMORY;
+    bool over_disk = bytes + (unsigned long long)usage.deleted_file_bytes > s->disk_limit || entries > s->entries_limit;
+    return s->disk_fd >= 0 && over_disk ? EVENT_DISK : EVENT_MESSAGE;
 }
 
 enum event next_event(struct supervisor *s, struct message *m)
@@ -105,9 +123,10 @@ enum event next_event(struct supervisor *s, struct message *m)
         };
         if (monotonic_seconds() >= s->deadline)
             return EVENT_WALL;
-        if (over_memory(s))
-            return EVENT_MEMORY;
-        double wake = s->tree_root > 0 && s->next_memory_check < s->deadline ? s->next_memory_check : s->deadline;
+        enum event over = over_limits(s);
+        if (over != EVENT_MESSAGE)
+            return over;
+        double wake = s->tree_root > 0 && s->next_check < s->deadline ? s->next_check : s->deadline;
         int n = poll(fds, 4, timeout_ms(wake));
         if (n < 0 && errno == EINTR)
             continue;

@@ -11,17 +11,24 @@ struct supervisor {
     unsigned long long output_limit;
     double deadline; /* CLOCK_MONOTONIC seconds */
     /* Once the program runs, its processes are the descendants of tree_root, and their resident memory
-     * together is sampled (every 20 ms at least, less often where /proc is large) against memory_limit. */
+     * together is sampled (every 20 ms at least, less often where that takes long) against memory_limit.
+     * Where the temporary directory is not a size-limited tmpfs, disk_fd is that directory, and its
+     * files plus the nameless files the processes hold open are sampled against disk_limit bytes and
+     * entries_limit entries. */
     pid_t tree_root;
     unsigned long long memory_limit;
-    double next_memory_check;
+    int disk_fd;
+    unsigned long long disk_limit, entries_limit;
+    double next_check;
     struct capture *out, *err;
 };
 
-enum event { EVENT_MESSAGE, EVENT_CTL_CLOSED, EVENT_CHILD, EVENT_WALL, EVENT_OUTPUT, EVENT_MEMORY, EVENT_ERROR };
+enum event {
+    EVENT_MESSAGE, EVENT_CTL_CLOSED, EVENT_CHILD, EVENT_WALL, EVENT_OUTPUT, EVENT_MEMORY, EVENT_DISK, EVENT_ERROR
+};
 
-/* Starts the memory sampling of root's descendants. */
-void watch_memory(struct supervisor *s, pid_t root);
+/* Starts the sampling of root's descendants (and of disk_fd, when it is not -1). */
+void watch_usage(struct supervisor *s, pid_t root);
 
 /* Waits for the next thing the caller must act on; output is captured along the way. */
 enum event next_event(struct supervisor *s, struct message *m);
@@ -29,5 +36,8 @@ enum event next_event(struct supervisor *s, struct message *m);
 void drain_output(struct supervisor *s, double timeout_s);
 
 int make_pipe(int fds[2], struct error *err);
+/* The program's stdout or stderr: a unix stream pair rather than a pipe, because a pipe can be reopened
+ * through /proc/<pid>/fd by any process of the program, which a trusted helper inside would not want. */
+int make_output_channel(int fds[2], struct error *err);
 
 #endif

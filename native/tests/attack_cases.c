@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,8 +33,8 @@ static void case_fork_bomb(struct context *c)
 
 static void case_memory_bomb(struct context *c)
 {
-    struct report r;
-    run_sandbox(c, NULL, "memory_bomb", NULL, NULL, &r);
+    struct report r; /* touching 256 MiB can take seconds on a loaded machine */
+    run_sandbox(c, (const char *[]){"--wall-time=10", NULL}, "memory_bomb", NULL, NULL, &r);
     const char *out = report_get(&r, "stdout");
     int err = -1, mib = -1;
     sscanf(out, "malloc_failed errno=%d after_mib=%d", &err, &mib);
@@ -135,6 +137,113 @@ static void case_network(struct context *c)
     report_free(&r);
 }
 
+static void case_unix_socket(struct context *c)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/tmp/%s.sock", c->token);
+    int listener = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (listener < 0 || bind(listener, (struct sockaddr *)&addr, sizeof addr) || listen(listener, 4) ||
+        chmod(addr.sun_path, 0777))
+        exit(1);
+    struct report r;
+    run_sandbox(c, NULL, "unix_connect", (const char *[]){addr.sun_path, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    char refused[64];
+    snprintf(refused, sizeof refused, "unix socket_errno=%d\n", EACCES);
+    expect(c, strstr(out, refused) && strstr(out, "socketpair errno=0\n"), "unix sockets: %s", out);
+    expect(c, accept(listener, NULL, NULL) < 0 && errno == EAGAIN, "the host's unix socket got a connection");
+    close(listener);
+    unlink(addr.sun_path);
+    report_free(&r);
+}
+
+/* Whether /proc/sysvipc/<kind> lists an object with this key (the first column). */
+static bool sysv_key_exists(const char *kind, long key)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/sysvipc/%s", kind);
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f && fgets(line, sizeof line, f))
+        found |= strtol(line, NULL, 10) == key;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+static void case_ipc(struct context *c)
+{
+    long key = 0x5a000000L | strtol(c->token + 26, NULL, 16); /* 6 hex digits of the token */
+    char key_text[32], shm[128];
+    snprintf(key_text, sizeof key_text, "%ld", key);
+    struct report r;
+    run_sandbox(c, NULL, "ipc_objects", (const char *[]){key_text, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    const char *refused[] = {"shmget", "shmat", "semget", "msgget", "mq_open", "memfd"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char line[64];
+        snprintf(line, sizeof line, "%s errno=%d\n", refused[i], EPERM);
+        expect(c, strstr(out, line) != NULL, "%s must be refused: %s", refused[i], out);
+    }
+    for (const char *const *kind = (const char *[]){"shm", "sem", "msg", NULL}; *kind; kind++)
+        expect(c, !sysv_key_exists(*kind, key), "a SysV %s object outlived the run", *kind);
+    snprintf(shm, sizeof shm, "/dev/shm/%s", c->token);
+    bool left = access(shm, F_OK) == 0;
+    /* The seccomp level confines no path: /dev/shm stays writable there (documented). */
+    expect(c, !left || !strcmp(c->isolation, "seccomp"), "the program created %s on the host", shm);
+    if (left)
+        unlink(shm);
+    report_free(&r);
+}
+
+/* The private temporary directory's quota: a full tmpfs (ENOSPC) with namespaces, the run killed with
+ * limit "disk" at the other levels. */
+static void fill_disk(struct context *c, const char *how)
+{
+    struct report r;
+    run_sandbox(c, (const char *[]){"--tmp-size=8M", "--wall-time=20", NULL}, "fill_disk",
+                (const char *[]){how, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout"), *limit = report_get(&r, "limit");
+    if (!strcmp(c->isolation, "namespaces")) {
+        int err = -1, made = -1;
+        const char *line = strstr(out, "fill_failed");
+        if (line)
+            sscanf(line, "fill_failed errno=%d after=%d", &err, &made);
+        int most = strcmp(how, "entries") ? 8 : 8 << 8; /* 8 MiB, or an entry per 4 KiB of it */
+        expect(c, err == ENOSPC && made >= most / 2 && made <= most, "want ENOSPC within %d: %s", most, out);
+    } else {
+        expect(c, equals(limit, "disk") && equals(report_get(&r, "signal_name"), "SIGKILL"),
+               "want limit disk, got %s: %s", limit ? limit : "none", out);
+    }
+    report_free(&r);
+}
+
+static void case_disk_files(struct context *c) { fill_disk(c, "files"); }
+static void case_disk_unlinked(struct context *c) { fill_disk(c, "unlinked"); }
+static void case_disk_entries(struct context *c) { fill_disk(c, "entries"); }
+
+static void case_hidden(struct context *c)
+{
+    char visible[128], hidden[128], file[160], ro[200], hide[200];
+    snprintf(visible, sizeof visible, "%s/visible", c->scratch);
+    snprintf(hidden, sizeof hidden, "%s/hidden", c->scratch);
+    if (chmod(c->scratch, 0755) || mkdir(visible, 0755) || mkdir(hidden, 0755))
+        exit(1);
+    snprintf(file, sizeof file, "%s/secret", hidden);
+    FILE *f = fopen(file, "w");
+    if (!f || fputs(c->secret, f) < 0 || fclose(f) || chmod(file, 0644))
+        exit(1);
+    snprintf(ro, sizeof ro, "--ro=%s", c->scratch);
+    snprintf(hide, sizeof hide, "--hide=%s", hidden);
+    struct report r;
+    run_sandbox(c, (const char *[]){ro, hide, NULL}, "read_secret", (const char *[]){file, NULL}, NULL, &r);
+    const char *out = report_get(&r, "stdout");
+    /* The seccomp level confines no path: it hides nothing (documented). */
+    if (strcmp(c->isolation, "seccomp"))
+        expect(c, !strstr(out, c->secret) && strstr(out, "read errno="), "a hidden file was read: %s", out);
+    report_free(&r);
+}
+
 static void case_output_flood(struct context *c)
 {
     struct report r;
@@ -209,7 +318,7 @@ static void case_basics(struct context *c)
     expect(c, equals(report_get(&r, "stdout"), "through stdin\n"), "stdin: %s", report_get(&r, "stdout"));
     report_free(&r);
     run_sandbox(c, NULL, "invalid_utf8", NULL, NULL, &r);
-    expect(c, equals(report_get(&r, "stdout"), "bad\xef\xbf\xbd\xef\xbf\xbd \xe2\x82\xac ok\n"), "UTF-8 repair");
+    expect(c, equals(report_get(&r, "stdout"), "bad\xff\xfe \xe2\x82\xac ok\n"), "bytes as written");
     report_free(&r);
 }
 
@@ -239,6 +348,9 @@ static void case_usage_errors(struct context *c)
            "a relative --ro must exit 2");
     expect(c, run_sandbox(c, (const char *[]){"--ro=/does/not/exist", NULL}, "exit", NULL, NULL, NULL) == 3,
            "a missing --ro path must exit 3 (not run)");
+    expect(c, run_sandbox(c, (const char *[]){"--hide=relative", NULL}, "exit", NULL, NULL, NULL) == 2 &&
+                  run_sandbox(c, (const char *[]){"--hide=/", NULL}, "exit", NULL, NULL, NULL) == 2,
+           "a relative --hide, or hiding /, must exit 2");
 }
 
 const struct attack_case attack_cases[] = {
@@ -250,5 +362,8 @@ const struct attack_case attack_cases[] = {
     {"kill_parent", case_kill_parent, false},   {"daemon", case_daemon, false},
     {"host_proc", case_host_proc, true},        {"basics", case_basics, false},
     {"files", case_files_and_file_size, false}, {"usage_errors", case_usage_errors, false},
+    {"unix_socket", case_unix_socket, false},   {"ipc", case_ipc, false},
+    {"disk_files", case_disk_files, false},     {"disk_unlinked", case_disk_unlinked, false},
+    {"disk_entries", case_disk_entries, false}, {"hidden", case_hidden, false},
 };
 const unsigned attack_case_count = sizeof attack_cases / sizeof attack_cases[0];

@@ -12,8 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +137,64 @@ static int network(const char *port_text)
     return 0;
 }
 
+/* A unix socket to a host path, and a socket pair (which reaches nothing outside). */
+static int unix_connect(const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+    try_connect("unix", AF_UNIX, SOCK_STREAM, (struct sockaddr *)&addr, sizeof addr);
+    int pair[2];
+    printf("socketpair errno=%d\n", socketpair(AF_UNIX, SOCK_STREAM, 0, pair) ? errno : 0);
+    return 0;
+}
+
+/* SysV shared memory, semaphores and message queues under a key the test can look for, a POSIX
+ * message queue, memory file descriptors, and POSIX shared memory (a file in /dev/shm). */
+static int ipc_objects(const char *token, const char *key_text)
+{
+    key_t key = (key_t)strtol(key_text, NULL, 10);
+    printf("shmget errno=%d\n", shmget(key, 1 << 20, IPC_CREAT | 0666) < 0 ? errno : 0);
+    printf("shmat errno=%d\n", shmat(0, NULL, 0) == (void *)-1 ? errno : 0); /* a guessed id */
+    printf("semget errno=%d\n", semget(key, 1, IPC_CREAT | 0666) < 0 ? errno : 0);
+    printf("msgget errno=%d\n", msgget(key, IPC_CREAT | 0666) < 0 ? errno : 0);
+    char name[64];
+    snprintf(name, sizeof name, "/%s", token);
+    printf("mq_open errno=%d\n", syscall(SYS_mq_open, name + 1, O_CREAT | O_RDWR, 0666, NULL) < 0 ? errno : 0);
+    printf("memfd errno=%d\n", syscall(SYS_memfd_create, "hoard", 0) < 0 ? errno : 0);
+    char shm[96];
+    snprintf(shm, sizeof shm, "/dev/shm%s", name);
+    int fd = open(shm, O_CREAT | O_RDWR, 0666);
+    printf("dev_shm errno=%d\n", fd < 0 ? errno : 0);
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+/* Fills the working directory with 1 MiB files (unlinked while open with "unlinked", or empty files
+ * with "entries") until a write fails, or waits to be killed. */
+static int fill_disk(const char *how)
+{
+    static char block[1 << 20];
+    memset(block, 7, sizeof block);
+    bool unlinked = !strcmp(how, "unlinked"), entries = !strcmp(how, "entries");
+    int made = 0, err = 0;
+    for (; made < (entries ? 1 << 20 : 256) && !err; made++) {
+        char name[32];
+        snprintf(name, sizeof name, "fill%d", made);
+        int fd = open(name, O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0 || (!entries && write(fd, block, sizeof block) != (ssize_t)sizeof block))
+            err = errno ? errno : EIO;
+        if (unlinked && fd >= 0)
+            unlink(name); /* keep it open: its blocks stay used */
+        else if (fd >= 0)
+            close(fd);
+    }
+    printf("fill_failed errno=%d after=%d\n", err, made - 1);
+    if (err != ENOSPC) /* no full tmpfs stopped it (EMFILE keeps the unlinked files): wait for the sandbox */
+        sleep(60);
+    return 0;
+}
+
 static int output_flood(void)
 {
     static char block[65536];
@@ -232,6 +297,9 @@ int main(int argc, char **argv)
     if (!strcmp(name, "write_outside")) return write_outside(argv[2], arg1);
     if (!strcmp(name, "read_secret")) return read_file(arg1);
     if (!strcmp(name, "network")) return network(arg1);
+    if (!strcmp(name, "unix_connect")) return unix_connect(arg1);
+    if (!strcmp(name, "ipc_objects")) return ipc_objects(argv[2], arg1);
+    if (!strcmp(name, "fill_disk")) return fill_disk(arg1);
     if (!strcmp(name, "output_flood")) return output_flood();
     if (!strcmp(name, "kill_parent")) return kill_parent(arg1, arg2);
     if (!strcmp(name, "daemon")) return daemonize();

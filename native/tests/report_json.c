@@ -64,6 +64,27 @@ static const char *parse_literal(const char *p, char **value)
     return p + n;
 }
 
+/* Decodes base64 in place (it only shrinks); returns -1 on a character outside the alphabet. */
+static int decode_base64(char *text)
+{
+    static const char digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    unsigned bits = 0, nbits = 0;
+    char *o = text;
+    for (const char *p = text; *p && *p != '='; p++) {
+        const char *d = strchr(digits, *p);
+        if (!d)
+            return -1;
+        bits = bits << 6 | (unsigned)(d - digits);
+        if ((nbits += 6) >= 8) {
+            nbits -= 8;
+            *o++ = (char)(bits >> nbits);
+            bits &= (1u << nbits) - 1;
+        }
+    }
+    *o = '\0';
+    return 0;
+}
+
 int report_parse(const char *text, struct report *out)
 {
     memset(out, 0, sizeof *out);
@@ -75,14 +96,16 @@ int report_parse(const char *text, struct report *out)
         struct report_field *f = &out->fields[out->count];
         if (out->count == REPORT_MAX_FIELDS || *p != '"' || !(p = parse_string(p, &key)))
             return -1;
-        snprintf(f->key, sizeof f->key, "%s", key);
+        size_t n = strlen(key);
+        bool base64 = n > 7 && !strcmp(key + n - 7, "_base64"); /* stored decoded, under the plain name */
+        snprintf(f->key, sizeof f->key, "%.*s", (int)(base64 ? n - 7 : n), key);
         free(key);
         p = skip_space(p);
         if (*p++ != ':')
             return -1;
         p = skip_space(p);
         p = *p == '"' ? parse_string(p, &f->value) : parse_literal(p, &f->value);
-        if (!p)
+        if (!p || (base64 && f->value && decode_base64(f->value)))
             return -1;
         out->count++;
         p = skip_space(p);

@@ -1,4 +1,5 @@
-/* Reads the sandbox's report: one flat JSON object of strings, numbers, booleans and nulls. */
+/* Reads the sandbox's report: one flat JSON object of strings, numbers, booleans and nulls. A field
+ * "NAME_base64" is stored decoded as "NAME" (a program's output with a NUL in it reads as cut there). */
 #ifndef DNMOPD_SANDBOX_TEST_REPORT_JSON_H
 #define DNMOPD_SANDBOX_TEST_REPORT_JSON_H
 

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import pytest
 import yaml
 
-from dnmopd.config import Backend, Choice, ConfigError, dump_yaml, load_config
+from dnmopd.config import Backend, Choice, ConfigError, FieldValueError, dump_yaml, load_config
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -160,3 +160,51 @@ def test_set_indexes_lists(tmp_path):
         load_config(WithChoices, run, ["teachers.2.path=x"])
     with pytest.raises(ConfigError, match=r"teachers.0.urls.0 is neither a mapping nor a list"):
         load_config(WithChoices, run, ["teachers.0.urls.0.x=1"])
+
+
+@dataclasses.dataclass(kw_only=True)
+class Checked:
+    rate: float = 0.5
+    """A fraction."""
+
+    def __post_init__(self):
+        if not 0 <= self.rate <= 1:
+            raise FieldValueError("rate", f"must be in [0, 1], got {self.rate}")
+
+
+@dataclasses.dataclass(kw_only=True)
+class WithOptional:
+    name: str = "x"
+    inner: Inner | None = None
+    checked: Checked = dataclasses.field(default_factory=Checked)
+
+
+@pytest.mark.parametrize("text, override, message", [
+    # an error inside an optional section names the key, not the section's type
+    ("inner:\n  kind: adam\n  lr: abc\n", None, r"run.yaml:3: inner.lr: expected a number, got 'abc'"),
+    ("inner:\n  kindd: sgd\n", None, r"run.yaml:2: unknown key inner.kindd; did you mean 'kind'"),
+    ("inner: 3\n", None, r"run.yaml:1: inner: expected a mapping, got 3"),
+    # a FieldValueError points at the key's own line
+    ("name: y\nchecked:\n  rate: 1.5\n", None, r"run.yaml:3: checked.rate: must be in \[0, 1\], got 1.5"),
+    ("name: y\n", "checked.rate=-1", r"--set checked.rate=-1: checked.rate: must be in \[0, 1\], got -1.0"),
+    # keys YAML does not read as names
+    ("name: y\ninner:\n  1: x\n", None, r"run.yaml:3: key inner.1: YAML reads it as an integer, not as a name"),
+    ("name: y\ntrue: 1\n", None, r"run.yaml:2: key true: YAML reads it as a boolean"),
+    ("name: y\n2.5: 1\n", None, r"run.yaml:2: key 2.5: YAML reads it as a number"),
+    # --set values that are not YAML
+    ("name: y\n", "inner.betas=[1,", r"--set inner.betas=\[1,: inner.betas: the value '\[1,' is not valid YAML"),
+    ("name: y\n", "name={a: b", r"--set name=\{a: b: name: the value '\{a: b' is not valid YAML"),
+    ("name: y\n", "name=!!python/object:os.system x", r"--set name=!!python/object:os.system x: name: the value"),
+])
+def test_every_error_names_the_key_and_its_line(tmp_path, text, override, message):
+    run = write(tmp_path, "run.yaml", text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(WithOptional, run, [override] if override else [])
+
+
+def test_a_field_error_in_an_extended_file_names_that_file_and_line(tmp_path):
+    write(tmp_path, "base.yaml", "name: x\nchecked:\n  rate: 0.2\n")
+    run = write(tmp_path, "run.yaml", "extends: base.yaml\nchecked: {rate: 7}\n")
+    with pytest.raises(ConfigError, match=r"run.yaml:2: checked.rate: must be in"):
+        load_config(WithOptional, run)
+    assert str(FieldValueError("rate", "bad")) == "rate: bad"  # built directly, the message still names the key

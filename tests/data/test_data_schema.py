@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from dnmopd.data.loading import load_prompts
 from dnmopd.data.schema import RowError, validate_file
+from dnmopd.verifiers.code import parse_label
 
 GOOD = {"prompt": [{"content": "What is 1+1?", "role": "user"}], "label": "2", "domain": "math", "teacher": "math",
         "metadata": {"domain": "math", "data_source": "synthetic-math-v1", "src_index": 0}}
@@ -60,10 +62,13 @@ MALFORMED = [
     ("label not a string", edit(GOOD, label=2), "label"),
     ("empty math answer", edit(GOOD, label="  "), "label"),
     ("code label not JSON", edit(GOOD_CODE, label="inputs: 1"), "label"),
-    ("code label empty inputs", edit(GOOD_CODE, label=json.dumps({"inputs": [], "outputs": []})), "label.inputs"),
+    ("code label empty inputs", edit(GOOD_CODE, label=json.dumps({"inputs": [], "outputs": []})), "label"),
     ("code label length mismatch", edit(GOOD_CODE, label=json.dumps({"inputs": ["1"], "outputs": ["1", "2"]})),
-     "label.outputs"),
-    ("code label without outputs", edit(GOOD_CODE, label=json.dumps({"inputs": ["1"]})), "label.outputs"),
+     "label"),
+    ("code label without outputs", edit(GOOD_CODE, label=json.dumps({"inputs": ["1"]})), "label"),
+    ("code label fn_name not a name", edit(GOOD_CODE, label=json.dumps({"fn_name": "os.system", "inputs": [["ls"]],
+                                                                       "outputs": [[0]]})), "label"),
+    ("src_index beyond int64", edit(GOOD, metadata__src_index=2**63), "metadata.src_index"),
     ("IF label unknown type", edit(GOOD_IF, label=json.dumps([{"type": "rhymes"}])), "label"),
     ("IF label empty list", edit(GOOD_IF, label="[]"), "label"),
     ("IF label bad parameter", edit(GOOD_IF, label=json.dumps([{"type": "word_count_min", "n": "five"}])), "label"),
@@ -103,7 +108,7 @@ def test_skip_mode_counts_every_bad_row(tmp_path):
     assert report.rows == 2 and report.skipped == len(MALFORMED)
     assert [e.line for e in report.errors] == list(range(2, 2 + len(MALFORMED)))
     assert [e.field for e in report.errors] == [m[2] for m in MALFORMED]
-    assert "25 bad rows skipped" in report.summary()
+    assert f"{len(MALFORMED)} bad rows skipped" in report.summary()
 
 
 def test_empty_file_and_bad_options(tmp_path):
@@ -111,3 +116,73 @@ def test_empty_file_and_bad_options(tmp_path):
         validate_file(write(tmp_path, []))
     with pytest.raises(ValueError, match="on_error"):
         validate_file(write(tmp_path, [GOOD]), on_error="ignore")
+
+
+def line(row: dict) -> bytes:
+    return json.dumps(row).encode()
+
+
+# Lines that pass json.loads but break later: in datasets (Arrow), in the verifier, or silently (a repeated key).
+RAW = [
+    ("invalid UTF-8", line(GOOD).replace(b"What", b"Wh\xffat"), "<line>", "not valid UTF-8: byte"),
+    ("truncated UTF-8", line(edit(GOOD, label="\u00e9")).replace(b"\\u00e9", "\u00e9".encode()[:1]), "<line>",
+     "not valid UTF-8"),
+    ("lone surrogate in the prompt", line(edit(GOOD, prompt=[{"content": "x\ud800", "role": "user"}])),
+     "prompt[0].content", "lone surrogate"),
+    ("lone surrogate in metadata", line(edit(GOOD, metadata__data_source="\udfff")), "metadata.data_source",
+     "lone surrogate"),
+    ("lone surrogate in a code test", line(edit(GOOD_CODE, label=json.dumps({"inputs": ["\udc80"], "outputs": ["1"]}))),
+     "label.inputs[0]", "lone surrogate"),
+    ("repeated row key", line(GOOD).replace(b'"label": "2"', b'"label": "2", "label": "3"'), "label", "repeated"),
+    ("repeated metadata key", line(GOOD).replace(b'"domain": "math", "data_source"',
+                                                 b'"domain": "math", "domain": "math", "data_source"'),
+     "metadata.domain", "repeated"),
+    ("repeated key in an IF constraint", line(edit(GOOD_IF, label='[{"type": "word_count_min", "n": 5, "n": 50}]')),
+     "label[0].n", "repeated"),
+    ("repeated key in a code label", line(edit(GOOD_CODE, label='{"inputs": ["1"], "outputs": ["1"], "inputs": []}')),
+     "label.inputs", "repeated"),
+    ("label nested too deeply", line(edit(GOOD_IF, label="[" * 100_000 + "]" * 100_000)), "label", "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize("kind, data, field, problem", RAW, ids=[r[0] for r in RAW])
+def test_lines_that_would_break_later_are_refused_with_file_line_and_field(tmp_path, kind, data, field, problem):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(line(GOOD) + b"\n" + data + b"\n" + line(GOOD_IF) + b"\n")
+    with pytest.raises(RowError) as info:
+        validate_file(path)
+    assert (info.value.path, info.value.line, info.value.field) == (str(path), 2, field)
+    assert problem in info.value.problem and str(info.value).startswith(f"{path}:2: field {field!r}: ")
+
+
+def test_skip_loads_the_good_rows_through_datasets_and_lists_every_bad_one(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(b"".join(data + b"\n" for data in [line(GOOD), *(r[1] for r in RAW), line(GOOD_IF)]))
+    with pytest.raises(RowError, match=f"{path}:2: field '<line>'"):
+        load_prompts(path, cache_dir=tmp_path / "cache")
+    dataset, report = load_prompts(path, on_error="skip", cache_dir=tmp_path / "cache")
+    assert [row["label"] for row in dataset] == [GOOD["label"], GOOD_IF["label"]]
+    assert [(e.line, e.field) for e in report.errors] == [(i, r[2]) for i, r in enumerate(RAW, start=2)]
+    assert f"{len(RAW)} bad rows skipped" in report.summary()
+
+
+def test_code_labels_are_refused_exactly_as_the_code_verifier_refuses_them(tmp_path):
+    labels = [{"fn_name": "os.system", "inputs": [["ls"]], "outputs": [[0]]},
+              {"fn_name": "f", "inputs": ["not json"], "outputs": ["1"]},
+              {"inputs": "1", "outputs": "1"}]
+    refused = 0
+    for label in labels:
+        text = json.dumps(label)
+        try:
+            parse_label(text)
+        except ValueError as exc:
+            message = str(exc)
+        else:
+            continue  # the verifier can use it, so the loader keeps it
+        path = tmp_path / "rows.jsonl"
+        path.write_text(json.dumps(edit(GOOD_CODE, label=text)) + "\n")
+        with pytest.raises(RowError) as info:
+            validate_file(path)
+        assert (info.value.line, info.value.field, info.value.problem) == (1, "label", message)
+        refused += 1
+    assert refused >= 2  # fn_name 'os.system' and inputs that are not lists

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import random
 import subprocess
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from dnmopd.data import ifeval_generator
 from dnmopd.data.loading import load_prompts
 from dnmopd.data.manifest import RELEASE_LAYOUT, Manifest, file_problem
 from dnmopd.verifiers import ifeval
@@ -20,6 +20,7 @@ from dnmopd.verifiers.math import grade
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
 SOLUTIONS = json.loads((ROOT / "tests" / "fixtures" / "data" / "code_solutions.json").read_text())
+RELEASE_COPY = ROOT / "tests" / "fixtures" / "data" / "release" / "teacher" / "if_train.jsonl.xz"
 
 
 def rows(rel: str) -> list[dict]:
@@ -68,10 +69,21 @@ def test_student_set_is_built_from_the_teacher_pools_as_documented():
     assert rebuilt == student
 
 
-def test_if_pool_is_the_generator_output():
-    generated = ifeval_generator.generate(40)
-    assert [(r["prompt"], r["label"]) for r in rows("teacher/if_train.jsonl")] == [(p.prompt, p.label)
-                                                                                   for p in generated]
+def test_if_rows_are_released_rows_covering_every_type_and_parameter_value():
+    released = lzma.decompress(RELEASE_COPY.read_bytes()).decode().splitlines(keepends=True)
+    lines = (SAMPLES / "teacher/if_train.jsonl").read_text().splitlines(keepends=True)
+    indices = [json.loads(line)["metadata"]["src_index"] for line in lines]
+    assert indices == sorted(set(indices)) and [released[i] for i in indices] == lines  # the release's own bytes
+
+    def values(label):
+        return {(c["type"], k, json.dumps(v)) for c in json.loads(label) for k, v in c.items()
+                if k != "type" and c["type"] != "repeat_first"}
+
+    every = set().union(*(values(json.loads(line)["label"]) for line in released))
+    assert set().union(*(values(json.loads(line)["label"]) for line in lines)) >= {
+        v for v in every if v[0] not in ("must_include", "must_exclude")}  # all types, n values, letters, texts
+    assert len({c["type"] for line in lines for c in json.loads(json.loads(line)["label"])}) == 19
+    assert {len(json.loads(json.loads(line)["label"])) for line in lines} == {1, 2, 3, 4}
 
 
 def test_no_internal_paths_in_the_samples():

@@ -1,5 +1,6 @@
 """launch/start_teachers.py with stand-in server executables (replay servers behind the real command lines):
-health wait, server map, scoring through the map, clean stop, and failures that stop everything."""
+health wait, server map, scoring through the map, clean stop, and failures that stop everything; and once
+end to end with a real SGLang server."""
 
 import json
 import os
@@ -10,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
+from sglang_servers import STARTUP_TIMEOUT_S, SGLangServer
 from wire_fixtures import WIRE
 
 from dnmopd.serving.pool import ReplicaPool
@@ -123,3 +127,43 @@ def test_wrong_types_are_reported(tmp_path):
     process = run_script(path)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 2 and "map_path: expected a string" in stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_real_sglang_teacher_end_to_end(tmp_path, tiny_model_dir):
+    """The script starts a real SGLang server (CPU) from its YAML; the teacher found through the map scores
+    like transformers; SIGTERM stops it and removes the map."""
+    from tiny_checkpoints import reference_logprobs
+    from transformers import AutoModelForCausalLM
+
+    from dnmopd.teachers.base import ScoreRequest
+
+    port = free_port()
+    server = SGLangServer(tiny_model_dir, tmp_path, name="math_teacher", port=port)  # the tests' server flags
+    spec = {"name": "math_teacher", "backend": "sglang", "model_path": str(tiny_model_dir), "port": port,
+            "python": server.spec.python, "device": "cpu", "extra_args": server.spec.extra_args,
+            "env": server.spec.env}
+    path = tmp_path / "teachers.yaml"
+    path.write_text(yaml.safe_dump({"servers": [spec], "map_path": str(tmp_path / "map.json"),
+                                    "log_dir": str(tmp_path / "logs"), "health_timeout_s": STARTUP_TIMEOUT_S}))
+    process = run_script(path)
+    try:
+        wait_for(tmp_path / "map.json", process, timeout=STARTUP_TIMEOUT_S)
+        entry = read_server_map(tmp_path / "map.json")["math_teacher"]
+        assert entry["servers"] == [f"http://127.0.0.1:{port}"]
+        teacher = SGLangTeacher.Config(name="math_teacher", model_path=entry["path"],
+                                       pool=ReplicaPool.Config(urls=entry["servers"])).build()
+        teacher.check()
+        ids = list(range(300, 340))
+        scores = teacher.score_batch([ScoreRequest(ids, 12)])[0].logprobs
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+        torch.testing.assert_close(scores.double(), reference_logprobs(model, ids)[11:], atol=2e-5, rtol=0)
+        process.send_signal(signal.SIGTERM)
+        stdout, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0 and "all servers stopped" in stdout
+    assert not (tmp_path / "map.json").exists() and not port_open(port)

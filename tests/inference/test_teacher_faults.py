@@ -100,6 +100,42 @@ def test_all_replicas_down_raises_with_the_history(replay):
         teacher.score_batch(SAMPLES[:1])
 
 
+def test_retrying_is_bounded_in_time(replay):
+    server = replay()
+    server.kill()
+    teacher = sglang(server, max_attempts=1000, retry_timeout_s=0.5, backoff_initial_s=0.05, backoff_max_s=0.1)
+    with pytest.raises(ServerUnavailable, match=r"attempts failed in 0\.\d s"):
+        teacher.score_batch(SAMPLES[:1])
+    assert 3 <= teacher.pool.counters["failed_attempts"] < 20
+
+
+def test_a_replica_in_cooldown_rejoins_once_its_health_check_passes(replay):
+    dying, good = replay("die_after:2"), replay()
+    port = int(dying.url.rsplit(":", 1)[1])
+    teacher = sglang(dying, good, cooldown_s=600.0, health_check_interval_s=0.1)
+    first = teacher.pool.replicas[0]
+
+    async def run():
+        try:
+            results = await teacher.score_many(many(8))
+            assert first.cooldown_until > 0  # it died: out of rotation for up to 10 minutes
+            dying.process.wait(timeout=5)
+            replay(port=port)  # back on its port: the health re-check lets it rejoin at once
+            for _ in range(100):
+                if first.cooldown_until == 0:
+                    break
+                await asyncio.sleep(0.05)
+            picks = first.last_pick
+            return results + await teacher.score_many(many(6)), picks
+        finally:
+            await teacher.aclose()
+
+    results, picks = asyncio.run(run())
+    assert first.cooldown_until == 0 and first.last_pick > picks  # healthy again and chosen again
+    for request, scores in zip(many(8) + many(6), results, strict=True):
+        assert_matches_hf(request, scores)
+
+
 def test_client_errors_are_not_retried(replay):
     teacher = sglang(replay())
     unrecorded = ScoreRequest(SEQ[:7], 3)  # the replay answers 404 for anything not recorded

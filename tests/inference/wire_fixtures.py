@@ -16,10 +16,10 @@ def load_exchange(name: str) -> dict:
 
 
 class ReplayServer:
-    def __init__(self, behavior: str):
+    def __init__(self, behavior: str, port: int = 0):
         script = Path(__file__).with_name("replay_server.py")
         self.process = subprocess.Popen(
-            [sys.executable, str(script), "--fixtures", str(WIRE), "--behavior", behavior],
+            [sys.executable, str(script), "--fixtures", str(WIRE), "--behavior", behavior, "--port", str(port)],
             stdout=subprocess.PIPE, text=True,
         )
         line = self.process.stdout.readline()

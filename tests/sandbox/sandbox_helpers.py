@@ -49,15 +49,44 @@ def token() -> str:
     return "dnmopd" + secrets.token_hex(12)
 
 
-def processes_with(marker: str) -> list[int]:
+def processes_with(marker: str | bytes) -> list[int]:
     """Host processes whose command line contains marker."""
+    needle = marker.encode() if isinstance(marker, str) else marker
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
+                if needle in (entry / "cmdline").read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 pass
     return found
+
+
+HARNESS_COMMAND = b"harness.pyc\0request.json"  # in the command line of every process of a run_python run
+
+
+def sysv_key(marker: str) -> int:
+    """The SysV IPC key a hostile program derives from the marker (so the host can be searched for it)."""
+    return 0x5B000000 | int(marker[-6:], 16)
+
+
+def host_traces(marker: str) -> list[str]:
+    """What a run left on the host: files named after the marker in the shared temporary directories, SysV
+    IPC objects under its key, processes that carry it or the harness's command line."""
+    shared = ("/tmp", "/var/tmp", "/dev/shm")
+    traces = [str(path) for directory in shared for path in Path(directory).glob(f"*{marker}*")]
+    for kind in ("shm", "sem", "msg"):
+        table = Path(f"/proc/sysvipc/{kind}")
+        lines = table.read_text().splitlines()[1:] if table.exists() else []
+        traces += [f"SysV {kind} {line.split()[0]}" for line in lines if int(line.split()[0]) == sysv_key(marker)]
+    traces += [f"process {pid}" for pid in processes_with(marker) + processes_with(HARNESS_COMMAND)]
+    return traces
+
+
+def remove_traces(marker: str) -> None:
+    """Removes files the seccomp level lets a program leave (it confines no path; documented)."""
+    for directory in ("/tmp", "/var/tmp", "/dev/shm"):
+        for path in Path(directory).glob(f"*{marker}*"):
+            path.unlink()
 

@@ -1,5 +1,6 @@
 """Hostile Python programs at every isolation level this machine offers: each is stopped by the specific
-limit or error it must meet, and the host stays healthy (no surviving process, file, connection or leak).
+limit or error it must meet, and the host stays healthy (no surviving process, file, connection, SysV IPC
+object or leak).
 
 The same attacks, written in C, run at every level (and as an unprivileged user) in the ctest suite.
 """
@@ -14,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sandbox_helpers import confines_files, levels_here, processes_with, runtime_for, token
+from sandbox_helpers import confines_files, host_traces, levels_here, processes_with, runtime_for, sysv_key, token
 
 from dnmopd.sandbox import Limits, run
 
@@ -236,3 +237,74 @@ def test_the_hosts_proc_shows_no_caller_secrets(level, monkeypatch):
     assert "leaked" not in r.stdout and secret not in r.stdout + r.stderr and r.exit_code == 0, r
     if level == "namespaces":  # a private /proc: the host's processes are not there at all
         assert int(r.stdout.split()[-1]) < 10, r
+
+
+def test_no_unix_socket_sysv_ipc_or_memfd(level, tmp_path):
+    marker = token()
+    host_socket = tmp_path / "host.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(host_socket))
+    listener.listen(1)
+    listener.setblocking(False)
+    tmp_path.chmod(0o755)
+    host_socket.chmod(0o777)
+    key = sysv_key(marker)
+    r = attack(level, f"""
+        import ctypes, os, socket
+        def attempt(name, action):
+            try:
+                action()
+                print(name, "allowed")
+            except OSError as error:
+                print(name, "refused", error.errno)
+        attempt("unix", lambda: socket.socket(socket.AF_UNIX).connect({str(host_socket)!r}))
+        attempt("memfd", lambda: os.memfd_create("hoard"))
+        libc = ctypes.CDLL(None, use_errno=True)
+        for call in ("shmget({key}, 1 << 20, 0o1666)", "semget({key}, 1, 0o1666)", "msgget({key}, 0o1666)",
+                     "shmat(0, None, 0)"):
+            result = eval("libc." + call, {{"libc": libc}})
+            print(call.split("(")[0], result in (-1, ctypes.c_void_p(-1).value), ctypes.get_errno())
+        a, b = socket.socketpair()
+        a.sendall(b"pair")
+        print("socketpair", b.recv(4).decode())
+        """, marker)
+    assert r.stdout.splitlines() == ["unix refused 13", "memfd refused 1", "shmget True 1", "semget True 1",
+                                     "msgget True 1", "shmat True 1", "socketpair pair"], r
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    listener.close()
+    assert host_traces(marker) == []
+
+
+def test_shared_memory_counts_toward_the_memory_limit(level):
+    r = attack(level, """
+        import mmap, os, time
+        for _ in range(3):
+            if os.fork() == 0:
+                break
+        shared = mmap.mmap(-1, 96 << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+        for page in range(0, 96 << 20, 4096):
+            shared[page] = 1
+        time.sleep(60)
+        """, token(), Limits(memory_bytes=256 << 20, wall_time_s=30))
+    assert (r.limit, r.signal_name) == ("memory", "SIGKILL") and r.wall_time_s < 20, r
+
+
+def test_the_temporary_directory_has_a_quota(level):
+    r = attack(level, """
+        import errno, time
+        for n in range(64):
+            try:
+                with open(f"fill{n}", "wb") as f:
+                    f.write(bytes(1 << 20))
+            except OSError as error:
+                print("refused", errno.errorcode[error.errno], "after", n)
+                break
+        else:
+            time.sleep(60)
+        """, token(), Limits(tmp_bytes=8 << 20, wall_time_s=30))
+    if level == "namespaces":  # a tmpfs of that size
+        assert r.exit_code == 0 and r.stdout.startswith("refused ENOSPC after "), r
+        assert 4 <= int(r.stdout.split()[-1]) <= 8, r
+    else:  # sampled: the run is killed
+        assert (r.limit, r.signal_name) == ("disk", "SIGKILL"), r

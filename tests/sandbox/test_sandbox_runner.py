@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 
 import pytest
@@ -63,9 +64,20 @@ def test_signal_and_limits_are_reported(level):
     assert (r.limit, r.signal_name) == ("file_size", "SIGXFSZ")
 
 
-def test_undecodable_output_is_replaced_not_lost():
+def test_undecodable_output_is_kept_exactly_and_replaced_in_the_text():
     r = run(["/bin/sh", "-c", r"printf 'a\377b\n'"])
-    assert r.stdout == "a\ufffdb\n" and r.stdout_bytes == 4
+    assert (r.stdout_data, r.stdout, r.stdout_bytes) == (b"a\xffb\n", "a\ufffdb\n", 4)
+
+
+@pytest.mark.parametrize("level", levels_here())
+def test_any_output_bytes_come_back_exactly(level):
+    rng = random.Random(5)
+    limits = Limits(output_bytes=1 << 16)
+    for size in [0, 1, 2, 3, 2048, 65535, 1 << 16, (1 << 16) + 7, *[rng.randrange(1 << 17) for _ in range(6)]]:
+        data = bytes(rng.randrange(0xF5, 0x100) if size == 2048 else rng.randrange(256) for _ in range(size))
+        r = run(["/bin/cat", "data.bin"], files={"data.bin": data}, limits=limits, isolation=level)
+        assert r.stdout_data == data[:1 << 16] and r.stdout_bytes >= min(size, 1 << 16), size
+        assert r.stdout_truncated == (size > 1 << 16) and (r.limit == "output") == (size > 1 << 16), size
 
 
 def test_limits_are_validated_with_the_field_name():

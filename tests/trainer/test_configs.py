@@ -133,6 +133,7 @@ def test_grpo_recipe_values():
     assert config.rollout.sampling.max_new_tokens == 8192 and config.data.max_prompt_tokens == 2048
     assert config.grpo.dynamic_sampling and config.grpo.max_generation_batches == 8
     assert config.verifiers.on_no_verdict == "wrong" and (config.grpo.eps_low, config.grpo.eps_high) == (0.2, 0.2)
+    assert config.verifiers.math.rules == config.verifiers.code.rules == "paper"  # the teachers' rewards
     opt = config.optimizer
     assert (opt.lr, opt.lr_decay_style, opt.lr_warmup_updates) == (1e-6, "constant", 10)
     assert (opt.adam_beta1, opt.adam_beta2, opt.weight_decay, opt.clip_grad) == (0.9, 0.98, 0.1, 1.0)
@@ -277,10 +278,10 @@ def test_a_bad_value_names_where_it_was_set():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("rollout.sampling.temperature=0", r"rollout.sampling.temperature=0.0: training needs a sampling distribution"),
-    ("rollout.sampling.top_p=0.9", r"rollout.sampling.top_p=0.9, top_k=-1: the trainer's log-probs cannot"),
-    ("rollout.sampling.top_k=20", r"top_k=20: the trainer's log-probs cannot represent a truncated"),
-    ("train.rollout_ahead=2", r"train.rollout_ahead must be 0 or 1, got 2"),
+    ("rollout.sampling.temperature=0", r"temperature: must be > 0, got 0.0: training needs a sampling distribution"),
+    ("rollout.sampling.top_p=0.9", r"top_p: must be 1, got 0.9: the trainer's log-probs cannot represent"),
+    ("rollout.sampling.top_k=20", r"top_k: must be -1, got 20: the trainer's log-probs cannot represent"),
+    ("train.rollout_ahead=2", r"train.rollout_ahead: must be 0 or 1, got 2"),
     ("verifiers.on_no_verdict=zero", r"verifiers.on_no_verdict must be one of \('wrong', 'stop'\)"),
 ])
 def test_what_the_loss_cannot_represent_is_refused(override, message):

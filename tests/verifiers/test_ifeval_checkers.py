@@ -28,7 +28,7 @@ CASES = {
     "placeholder_count": ({"n": 1}, "Dear [name],", "Dear [] and [x\ny]"),
     "must_include": ({"values": ["lantern", "Harbour"]}, "The LANTERN by the harbours", "The lantern"),
     "must_exclude": ({"values": ["orange"]}, "apples", "Oranges"),
-    "forbidden_chars": ({"value": "e"}, "A big cat", "ELK"),
+    "forbidden_chars": ({"values": ["e"]}, "A big cat", "ELK"),
     "all_caps": ({}, "HELLO, 123!", "HELLo"),
     "all_lowercase": ({}, "hello 1", "Hello"),
     "starts_with": ({"value": "Answer:"}, "  Answer: yes", "answer: yes"),
@@ -70,6 +70,25 @@ def test_more_edge_cases():
     assert score("One. Two.\nThree", [{"type": "sentence_count", "n": 3}]).passed
 
 
+@pytest.mark.parametrize("response, valid", [
+    ('{"a": 1}', True),
+    ('```json\n{"a": [1, 2]}\n```', True),
+    ('```json {"a": 1}```', True),  # one line: the opening and the closing fence go independently
+    ('  ```JSON\t[1]   ```  ', True),
+    ('```\n"text"\n```', True),
+    ('{"a": 1}\n```', True),  # a closing fence alone
+    ('```json\n{"a": 1}', True),  # an opening fence alone
+    ('```json5\n{"a": 1}\n```', False),  # only letters may name the language
+    ('``` json\n{"a": 1}```', False),  # whitespace ends the fence: "json" is left in the text
+    ('Here it is: {"a": 1}', False),
+    ('```json\n{"a": 1}\n```\nDone.', False),
+    ('```json\n```', False),
+    ("```json\n{'a': 1}\n```", False),
+])
+def test_valid_json_strips_fences_like_the_paper(response, valid):
+    assert score(response, [{"type": "valid_json"}]).passed is valid
+
+
 def test_strict_conjunction_and_details():
     label = json.dumps([{"type": "no_commas"}, {"type": "word_count_min", "n": 3}, {"type": "all_lowercase"}])
     result = score("one two, three", label)
@@ -90,7 +109,10 @@ def test_strict_conjunction_and_details():
     ('[{"type": "word_count_min", "n": 0}]', ConstraintError, "positive integer"),
     ('[{"type": "word_count_min", "n": true}]', ConstraintError, "positive integer"),
     ('[{"type": "must_include", "values": []}]', ConstraintError, "non-empty list"),
-    ('[{"type": "forbidden_chars", "value": "ab"}]', ConstraintError, "single letter"),
+    ('[{"type": "forbidden_chars", "values": ["ab"]}]', ConstraintError, "single letters"),
+    ('[{"type": "forbidden_chars", "values": ["1"]}]', ConstraintError, "single letters"),
+    ('[{"type": "forbidden_chars", "values": "e"}]', ConstraintError, "non-empty list"),
+    ('[{"type": "forbidden_chars", "value": "e"}]', ConstraintError, r"takes parameters \['values'\], got \['value'\]"),
     ('[{"type": "starts_with", "value": " "}]', ConstraintError, "non-empty string"),
     ('["no_commas"]', ConstraintError, "object"),
 ])

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import lzma
 from collections import Counter
+from pathlib import Path
 
 from dnmopd.data import ifeval_generator as gen
 from dnmopd.verifiers import ifeval
 from dnmopd.verifiers.ifeval import CONSTRAINT_TYPES, parse_constraints, score, verify
 
 PROMPTS = gen.generate(1500, seed=5)
+RELEASE_COPY = Path(__file__).resolve().parents[2] / "tests/fixtures/data/release/teacher/if_train.jsonl.xz"
 
 
 def test_same_seed_same_prompts_other_seed_other_prompts():
@@ -40,9 +43,20 @@ def test_every_type_is_generated_and_constraint_counts_follow_1_2_2_3():
 def test_prompt_text_layout():
     p = next(p for p in PROMPTS if any(c["type"] == "repeat_first" for c in p.constraints))
     base, rest = p.prompt.split("\n\nFollow ALL of these requirements exactly:\n")
-    assert rest == "".join(f"- {gen.instruction(c)}\n" for c in p.constraints)
+    assert rest == "\n".join(f"- {gen.instruction(c)}" for c in p.constraints)
     assert next(c for c in p.constraints if c["type"] == "repeat_first")["value"] == base
     assert base in {f.format(topic=t) for f in gen.FORMS for t in gen.TOPICS}
+
+
+def test_labels_and_instructions_are_written_as_in_the_release():
+    released = [json.loads(line) for line in lzma.decompress(RELEASE_COPY.read_bytes()).decode().splitlines()]
+    for row in released:  # every released prompt is its base task plus the rendering of its label
+        base = row["prompt"].split("\n\nFollow ALL of these requirements exactly:\n")[0]
+        assert gen.render_prompt(base, json.loads(row["label"])) == row["prompt"]
+    forbidden = next(c for p in PROMPTS for c in p.constraints if c["type"] == "forbidden_chars")
+    assert set(forbidden) == {"type", "values"} and len(forbidden["values"]) == 1
+    param_names = {(c["type"], *sorted(c)) for p in PROMPTS for c in p.constraints}
+    assert param_names == {(c["type"], *sorted(c)) for r in released for c in json.loads(r["label"])}
 
 
 def test_the_generator_checks_with_the_verifier_itself():

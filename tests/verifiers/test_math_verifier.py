@@ -1,4 +1,4 @@
-"""Math verifier: last-box extraction, equivalence on answer pairs, time bound and failures -> None, dispatch."""
+"""Math verifier: last-box extraction, both rule sets on answer pairs, time bound and failures -> None, dispatch."""
 
 from __future__ import annotations
 
@@ -34,10 +34,61 @@ PAIRS = [  # (response, label, correct?)
     ("\\boxed{42} and later \\boxed{41}", "42", False),  # only the last box counts
     ("The answer is 42.", "42", False),  # no box
     ("\\boxed{42", "42", False),  # unclosed box
+    ("\\boxed{42} and finally \\boxed{41", "42", False),  # the last box is cut off: no answer
+    ("\\boxed{42} and finally \\boxed", "42", False),
     ("\\boxed{}", "42", False),
     ("\\boxed{42}", "", False),  # empty label
     ("\\boxed{\\text{banana}}", "42", False),
     ("\\boxed{(2,1)}", "(1,2)", False),
+]
+
+
+# (response, label, paper, math_verify): the paper's verdict derived by hand from reference-behavior 6.2
+# (H = Hendrycks normalisation makes both strings equal; S = the sympy normalisation and its element rules).
+RULE_PAIRS = [
+    ("\\boxed{5!}", "120", False, True),  # S: an integer never equals a non-integer text ("5!")
+    ("\\boxed{2^{10}}", "1024", False, True),  # S: braces dropped, "2^10" is not an integer text
+    ("\\boxed{\\frac24}", "\\frac12", False, True),  # H: \frac{2}{4} vs \frac{1}{2}; S: fractions compared as text
+    ("\\boxed{6/8}", "\\frac{3}{4}", False, True),  # S: "6/8" vs "3/4", an unreduced fraction is wrong
+    ("\\boxed{1, 2, 3}", "3, 2, 1", False, True),  # S: no brackets, one element each, sympy cannot subtract tuples
+    ("\\boxed{a+b+c}", "c+b+a", False, True),  # S: three distinct letters: sympy is not asked
+    ("\\boxed{x \\in [0,1]}", "[0,1]", False, True),  # S: "x∈[0,1]" is not a bracketed interval
+    ("\\boxed{1e3}", "1000", True, False),  # S: a float that is an integer is written as one: "1000"
+    ("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}", True, True),  # H: dfrac -> frac
+    ("\\boxed{0.5}", "\\frac{1}{2}", True, True),  # H: "0.5" -> \frac{1}{2}
+    ("\\boxed{3/4}", "\\frac{3}{4}", True, True),  # H: a/b -> \frac{a}{b}
+    ("\\boxed{x = 5}", "5", True, True),  # H: a short "x =" prefix is dropped
+    ("\\boxed{10\\%}", "10", True, True),  # H: \% removed
+    ("\\boxed{\\$5}", "5", True, True),  # H: \$ removed
+    ("\\boxed{90^\\circ}", "90", True, True),  # H: degrees removed
+    ("\\boxed{5 \\text{ cm}}", "5", True, True),  # H: units after "\text{ " removed
+    ("\\boxed{12 \\text{ seconds}}", "12", True, True),
+    ("\\boxed{\\text{Yes}}", "yes", True, True),  # S: lower case
+    ("\\boxed{\\text{(B)}}", "B", True, True),  # S: "(b)" is a one-element tuple; sympy: b - b = 0
+    ("\\boxed{1,000}", "1000", True, True),  # S: thousands separators
+    ("\\boxed{5}", "5.0", True, True),  # S: "5.0" -> "5"
+    ("\\boxed{0345}", "345", True, True),
+    ("\\boxed{(1,2)}", "(1, 2)", True, True),  # H: spaces removed
+    ("\\boxed{\\left(1,2\\right)}", "(1,2)", True, True),  # H: \left and \right removed
+    ("\\boxed{[1,2]}", "(1,2)", False, False),  # S: tuples need the same brackets
+    ("\\boxed{(2,1)}", "(1,2)", False, False),  # S: element by element, in order
+    ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", True, True),  # S: sympy: sqrt(8) - 2 sqrt(2) = 0
+    ("\\boxed{\\sqrt{2}/2}", "\\frac{\\sqrt{2}}{2}", True, True),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", True, True),  # S: sympy expands the difference to 0
+    ("\\boxed{7 \\frac{3}{4}}", "\\frac{31}{4}", True, True),  # S: a mixed number is a sum
+    ("\\boxed{\\frac{138}{5}}", "27.6", True, True),  # S: not both fractions: sympy
+    ("\\boxed{-\\frac{44}{7}}", "-44/7", True, True),
+    ("\\boxed{\\frac{1}{3}}", "0.333", False, False),  # S: sympy: 1/3 - 0.333 != 0
+    ("\\boxed{\\pi}", "3.14159", False, False),
+    ("\\boxed{2 million}", "2000000", False, False),  # S: "2*10^6" is not an integer text
+    ("\\boxed{9^{9^{9}}}", "x", False, False),  # S: a power tower ("9^9^9"): sympy is not asked
+    ("\\boxed{q-p}", "p-q", False, False),
+    ("\\boxed{7}", "\\boxed{7}", True, True),  # a boxed label is unwrapped
+    ("\\boxed{3} and then \\boxed{4", "3", False, False),  # the last box is cut off: no answer
+    ("\\boxed{3} and then \\boxed 4", "3", False, False),  # "\boxed 4" is not a box
+    ("The answer is 5.", "5", False, False),  # no box
+    ("\\boxed{}", "0", False, False),
+    ("\\boxed{5}", "", False, False),  # empty label
 ]
 
 
@@ -51,7 +102,28 @@ def test_last_boxed_extraction():
     assert last_boxed("a \\boxed{1} b \\boxed{\\frac{a}{\\sqrt{b}}} c") == "\\frac{a}{\\sqrt{b}}"
     assert last_boxed("no box here") is None
     assert last_boxed("\\boxed{1} \\boxed{2") is None
+    assert last_boxed("\\boxed{1} and the answer is \\boxed") is None  # not the earlier, complete box
+    assert last_boxed("\\boxed{1} \\boxed {2}") is None
+    assert last_boxed("\\boxed{\\boxed{3}}") == "3"
     assert last_boxed("\\boxed{}") == ""
+
+
+@pytest.mark.parametrize("rules, column", [("paper", 2), ("math_verify", 3)])
+def test_each_rule_set_in_its_killable_workers(rules, column):
+    with MathVerifier(MathVerifier.Config(workers=2, timeout_s=20, rules=rules)) as pool:
+        verdicts = pool.verify_batch([(response, label) for response, label, *_ in RULE_PAIRS])
+        assert not pool.failures
+    expected = [pair[column] for pair in RULE_PAIRS]
+    assert [(pair[:2], v) for pair, v in zip(RULE_PAIRS, verdicts, strict=True)] == \
+        [(pair[:2], v) for pair, v in zip(RULE_PAIRS, expected, strict=True)]
+
+
+def test_paper_rules_are_bounded_like_the_default():
+    with MathVerifier(MathVerifier.Config(workers=1, timeout_s=2, rules="paper")) as pool:
+        start = time.monotonic()
+        assert pool.verify("\\boxed{9**9**9}", "x") is None  # sympy would build 9^387420489
+        assert time.monotonic() - start < 10 and pool.failures["timeout"] == 1
+        assert pool.verify("\\boxed{\\frac{1}{2}}", "0.5") is True
 
 
 def test_answer_pairs(grader):
@@ -95,6 +167,8 @@ def test_config_validation():
         MathVerifier.Config(workers=0)
     with pytest.raises(ValueError, match="timeout_s"):
         MathVerifier.Config(timeout_s=0)
+    with pytest.raises(ValueError, match="rules must be one of math_verify, paper, got 'sympy'"):
+        MathVerifier.Config(rules="sympy")
 
 
 def test_dispatch_by_domain():

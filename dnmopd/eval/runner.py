@@ -1,0 +1,127 @@
+"""One model through the protocol: generate, grade, score, report; and the call the trainer makes.
+
+``evaluate(config)`` runs ``launch/evaluate.py run``. ``evaluate_engine(engine, tokenizer_dir, ...)`` is the
+small API for evaluation during training: it uses the caller's rollout engine as it is (after the caller's
+weight sync) and returns ``{suite: avg@n score}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from dnmopd.data.chat import PromptTokenizer
+from dnmopd.eval.catalog import load_catalog
+from dnmopd.eval.generate import RunSpec, generate
+from dnmopd.eval.grade import grade_run
+from dnmopd.eval.graders import grader_for
+from dnmopd.eval.protocol import CAPS, SUITES
+from dnmopd.eval.report import plot_suites, print_summary, write_json
+from dnmopd.eval.scores import levels, read_records, suite_summary
+from dnmopd.rollout.base import RolloutEngine
+
+
+@contextlib.contextmanager
+def _bar(enabled: bool, description: str, total: int) -> Iterator:
+    if not enabled:
+        yield lambda k: None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=False) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda k: progress.advance(task, k)
+
+
+def run_suite(engine: RolloutEngine, tokenizer: PromptTokenizer, suite: str, *, name: str, model: str, engine_name: str,
+              data_dir: Path, output_dir: Path, cap: int, n: int | None = None, limit: int | None = None,
+              code_options: dict | None = None, progress: bool = False) -> dict:
+    """Generate and grade one suite; writes raw chunks, grades, records.jsonl and summary.json; returns the summary."""
+    catalog = load_catalog(suite, data_dir)
+    questions = catalog.rows[:limit] if limit else catalog.rows
+    protocol = SUITES[suite]
+    n = n or protocol.n
+    deviations = [d for d, off in (
+        (f"cap {cap} (protocol: {' or '.join(map(str, CAPS))})", cap not in CAPS),
+        (f"n {n} (protocol: {protocol.n})", n != protocol.n),
+        (f"first {len(questions)} of {len(catalog.rows)} questions", len(questions) < len(catalog.rows)),
+        ("shipped sample catalog, not the pinned source", catalog.sample)) if off]
+    spec = RunSpec(name=name, model=model, suite=suite, cap=cap, n=n, questions=len(questions),
+                   catalog_sha256=catalog.sha256, engine=engine_name, deviations=tuple(deviations))
+    out = output_dir / name / suite / f"cap{cap}"
+    grader = grader_for(catalog, nltk_data=data_dir / "nltk_data", code_options=code_options)
+    if hasattr(grader, "check_coverage"):
+        grader.check_coverage(questions)  # before spending generation time
+    with _bar(progress, f"{suite}: generating", len(questions) * n) as advance:
+        chunks = generate(engine, tokenizer, questions, spec, out, progress=advance)
+    with _bar(progress, f"{suite}: grading", len(questions) * n) as advance:
+        records = grade_run(out, chunks, questions, grader, progress=advance)
+    summary = suite_summary(suite, records, grader_revision=grader.revision, deviations=deviations)
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def model_row(name: str, summaries: dict[str, dict]) -> dict:
+    answers = sum(s["questions"] * s["n"] for s in summaries.values())
+    hits = sum(s["cap_hit_rate"] * s["questions"] * s["n"] for s in summaries.values())
+    return {"name": name, "levels": levels({s: v["score"] for s, v in summaries.items()}),
+            "cap_hit_rate": hits / answers if answers else 0.0,
+            "deviations": [f"{s}: {d}" for s, v in summaries.items() for d in v["deviations"]], "suites": summaries}
+
+
+def evaluate(config) -> dict:
+    """``launch/evaluate.py run``: every configured suite, then the table, the JSON summary and the plot."""
+    name = config.name or Path(config.model).name
+    tokenizer = PromptTokenizer.from_pretrained(config.model)
+    engine = config.engine.config.build()
+    summaries = {}
+    for suite in config.suites:
+        summaries[suite] = run_suite(
+            engine, tokenizer, suite, name=name, model=config.model, engine_name=config.engine.backend,
+            data_dir=config.data_dir, output_dir=config.output_dir, cap=config.max_tokens, n=config.n,
+            limit=config.limit, code_options={"timeout_s": config.code.timeout_s,
+                                              "memory_bytes": config.code.memory_bytes,
+                                              "workers": config.code.workers,
+                                              "min_isolation": config.code.min_isolation},
+            progress=config.progress)
+    row = model_row(name, summaries)
+    write_json(config.output_dir / name / f"summary_cap{config.max_tokens}.json", row)
+    rows = collect_models(config.output_dir, config.max_tokens)
+    print_summary([row], cap=config.max_tokens)
+    plot_suites(rows, config.output_dir / f"suites_cap{config.max_tokens}.png", cap=config.max_tokens)
+    return row
+
+
+def collect_models(output_dir: Path, cap: int) -> list[dict]:
+    """The model rows of every model evaluated under ``output_dir`` at ``cap`` (for the plot)."""
+    import json
+
+    paths = sorted(Path(output_dir).glob(f"*/summary_cap{cap}.json"))
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+
+
+def suite_question_scores(model_dir: str | os.PathLike, cap: int, suites: Sequence[str] = tuple(SUITES)) -> dict:
+    """``{suite: {question id: score}}`` of a model's results folder (the suites it has records of)."""
+    from dnmopd.eval.scores import question_scores
+
+    out = {}
+    for suite in suites:
+        path = Path(model_dir) / suite / f"cap{cap}" / "records.jsonl"
+        if path.is_file():
+            out[suite] = question_scores(read_records(path))
+    return out
+
+
+def evaluate_engine(engine: RolloutEngine, tokenizer_dir: str | os.PathLike, suites: Sequence[str], *,
+                    data_dir: str | os.PathLike, output_dir: str | os.PathLike, name: str, max_tokens: int,
+                    n: int | None = None, limit: int | None = None) -> dict[str, float]:
+    """Evaluate what ``engine`` serves now on ``suites``; ``{suite: avg@n score}``. Results are written under
+    ``<output_dir>/<name>/``; a new ``name`` per call (e.g. ``step-20``) keeps each evaluation's own answers."""
+    tokenizer = PromptTokenizer.from_pretrained(tokenizer_dir)
+    return {suite: run_suite(engine, tokenizer, suite, name=name, model=str(tokenizer_dir), engine_name="caller",
+                             data_dir=Path(data_dir), output_dir=Path(output_dir), cap=max_tokens, n=n,
+                             limit=limit)["score"]
+            for suite in suites}
