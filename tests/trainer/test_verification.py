@@ -45,6 +45,18 @@ def test_stop_policy_raises_with_the_cause():
         Verification.Config(on_no_verdict="zero")
 
 
+def test_the_verifiers_section_selects_the_rules_the_run_grades_by():
+    """The GRPO teachers' recipe grades by the paper's rules: `1e3` is 1000 there, not under math-verify."""
+    paper = load_config(TrainerConfig, [REPO / "configs/recipes/teacher_grpo.yaml",
+                                        REPO / "configs/models/qwen3.5-4b.yaml"], ["verifiers.math.workers=1"])
+    assert paper.verifiers.math.rules == "paper"
+    for config, expected in ((paper.verifiers, True), (Verification.Config(math=MathVerifier.Config(workers=1)), False)):
+        verification = Verification(config, ["math"])
+        try:
+            assert verification.verdict("math", r"so \boxed{1e3}", "1000") is expected
+        finally:
+            verification.close()
+
 @pytest.fixture
 def flaky_if_checker(monkeypatch):
     """The IF checker raises on every other response it is given (as a checker bug would)."""
