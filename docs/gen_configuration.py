@@ -76,7 +76,7 @@ class Reference:
         self.documented[cls] = link
         rows, children = [], []
         docs, hints = field_docs(cls), typing.get_type_hints(cls, include_extras=True)
-        for f in dataclasses.fields(cls):
+        for f in (f for f in dataclasses.fields(cls) if f.init):  # init=False fields are derived, not options
             child = f"{path}.{f.name}" if path else f.name
             text, pending = self.type_text(hints[f.name], child, f"{key}.{f.name}" if path else f.name)
             children += pending

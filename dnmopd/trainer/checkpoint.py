@@ -3,6 +3,7 @@
     model/               megatron-core distributed checkpoint of the student and the optimizer (any TP/PP)
     trainer_state.json   update counter, sampler position, method state (frozen multipliers), LR schedule, ...
     rng/rank_<r>.pt      every rank's python / numpy / torch / CUDA RNG states
+    local/rank_<r>.pt    every rank's own trainer state (the batch collected ahead, train.rollout_ahead 1)
     complete             written last by rank 0: the world size and the size and sha256 of every other file
 
 A checkpoint is complete only with its marker, which is written once every file is on disk (fsynced), so a
@@ -46,6 +47,10 @@ def checkpoint_dir(run_dir: Path, update: int) -> Path:
 
 def rng_file(directory: Path, rank: int) -> Path:
     return directory / "rng" / f"rank_{rank:05d}.pt"
+
+
+def local_file(directory: Path, rank: int) -> Path:
+    return directory / "local" / f"rank_{rank:05d}.pt"
 
 
 def _checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
@@ -102,8 +107,10 @@ def _file_record(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int) -> Path:
-    """Save a complete checkpoint after `update` updates; every rank must call it."""
+def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int,
+         local_state: dict | None = None) -> Path:
+    """Save a complete checkpoint after `update` updates; every rank must call it (`local_state`: this rank's
+    own state, saved with torch.save)."""
     directory = checkpoint_dir(run_dir, update)
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0 and directory.exists():
@@ -114,6 +121,9 @@ def save(run_dir: Path, update: int, student, optimization, trainer_state: dict,
     student.save_checkpoint(directory / "model", extra=optimizer_state, model_state=model_state)
     with atomic_write(rng_file(directory, rank), "wb") as f:
         torch.save(_rng_state(), f)
+    if local_state is not None:
+        with atomic_write(local_file(directory, rank), "wb") as f:
+            torch.save(local_state, f)
     if rank == 0:
         _write_json(directory / "trainer_state.json", trainer_state)
     dist.barrier()
@@ -226,6 +236,12 @@ def _set_aside(damaged: list[tuple[Path, list[str]]]) -> None:
             directory.rename(target)
             _warn("moved the damaged checkpoint to %s", target)
     dist.barrier()
+
+
+def load_local(directory: Path) -> dict | None:
+    """This rank's own state saved by `save` (None when it saved none)."""
+    path = local_file(directory, dist.get_rank())
+    return torch.load(path, weights_only=False) if path.is_file() else None
 
 
 def _prune(run_dir: Path, keep_last: int) -> None:

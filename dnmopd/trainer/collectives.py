@@ -26,6 +26,15 @@ def all_reduce_sum(values: torch.Tensor, *groups) -> torch.Tensor:
     return values
 
 
+def all_reduce_max(values: torch.Tensor, group) -> torch.Tensor:
+    """Element-wise maximum of a CPU tensor over a group; returns a CPU tensor."""
+    if active(group):
+        moved = values.to(device_of(group))
+        dist.all_reduce(moved, op=dist.ReduceOp.MAX, group=group)
+        values = moved.cpu()
+    return values
+
+
 def broadcast_tensor(tensor: torch.Tensor | None, shape, dtype, src: int, group) -> torch.Tensor:
     """Broadcast a tensor from global rank `src` (others pass None and the expected shape and dtype)."""
     wire = torch.uint8 if dtype == torch.bool else dtype

@@ -22,6 +22,7 @@ from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.trainer.method import MethodConfig
 from dnmopd.trainer.metrics import MetricsLogger
+from dnmopd.trainer.verification import Verification
 
 RUN_MODES = ("opd", "grpo", "sft")
 SAMPLES_PREFIX = "samples:"
@@ -121,10 +122,12 @@ class RolloutConfig:
     engine: Annotated[Choice, Backend(rollout_config_class)]
     """The student's generation engine: {backend: inprocess | sglang | vllm, ...its options}."""
     sampling: SamplingParams = field(default_factory=SamplingParams)
-    """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed."""
+    """temperature, top_p, top_k, max_new_tokens, stop_token_ids, seed. The trainer's log-probs, ratio and
+    advantages use the same tempered distribution (logits / temperature); top_p and top_k truncation, which
+    the loss cannot represent, are refused (keep top_p 1 and top_k -1, as the paper)."""
     verify: bool = False
-    """Judge every response with its domain's rule-based verifier (logged as accuracy/<domain>); always on for
-    GRPO and annealed injection."""
+    """Judge every response with its domain's rule-based verifier (the `verifiers` section; logged as
+    accuracy/<domain>); always on for GRPO and annealed injection."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -197,10 +200,15 @@ class TrainConfig:
     padded to the batch's longest sequence)."""
     logit_chunk_tokens: int | None = None
     """Tokens per chunk of the fused LM-head kernel (None: sized by the kernel)."""
+    rollout_ahead: int = 0
+    """0: each update trains on a batch its own weights generated (the paper's on-policy loop). 1: the next
+    update's batch is generated (and scored) while this one trains, by the previous weights; the loss then
+    takes its ratio against the generating policy's log-probs (README, "The update loop")."""
 
     def __post_init__(self):
         for name in ("updates", "optimizer_steps_per_update", "micro_batch_tokens"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        _require(self.rollout_ahead in (0, 1), "rollout_ahead", f"must be 0 or 1, got {self.rollout_ahead}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -239,8 +247,6 @@ class GRPOConfig:
     """Keep only prompt groups whose rewards vary (bounded by max_generation_batches)."""
     max_generation_batches: int = 8
     """Most rollout batches drawn per update by dynamic sampling before groups are kept unconditionally."""
-    on_no_verdict: str = "zero"
-    """zero: a response the verifier could not judge gets reward 0 (counted); stop: the update fails."""
     eps_low: float = 0.2
     """PPO clip: ratio >= 1 - eps_low for negative advantages."""
     eps_high: float = 0.2
@@ -249,8 +255,6 @@ class GRPOConfig:
     """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (null: off)."""
 
     def __post_init__(self):
-        _require(self.on_no_verdict in ("zero", "stop"), "on_no_verdict",
-                 f"must be zero or stop, got {self.on_no_verdict!r}")
         _require(self.max_generation_batches >= 1, "max_generation_batches",
                  f"must be >= 1, got {self.max_generation_batches}")
         validate_clip(self.eps_low, self.eps_high, self.dual_clip)
@@ -287,6 +291,8 @@ class TrainerConfig:
     """The distillation method: routing, multipliers, injection, loss (opd; routing in sft)."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     """GRPO options (run.mode grpo)."""
+    verifiers: Verification.Config = field(default_factory=Verification.Config)
+    """The rule-based verifiers (math grader, code judge) and what a missing verdict means."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     """SeqKD-SFT options (run.mode sft)."""
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
@@ -300,8 +306,20 @@ class TrainerConfig:
 
     def __post_init__(self):
         check_layout(self.student.hf_path, self.parallel)
-        _require(self.run.mode not in ("opd", "grpo") or self.rollout is not None, "run.mode",
+        samples = self.run.mode in ("opd", "grpo")
+        _require(not samples or self.rollout is not None, "run.mode",
                  f"{self.run.mode} samples from the student: set rollout.engine")
+        if samples:
+            sampling = self.rollout.sampling
+            _require(sampling.temperature > 0, "rollout.sampling.temperature",
+                     f"must be > 0, got {sampling.temperature}: training needs a sampling distribution; greedy "
+                     "decoding gives none to take the loss's ratio against")
+            for name, full in (("top_p", 1), ("top_k", -1)):
+                _require(getattr(sampling, name) == full, f"rollout.sampling.{name}",
+                         f"must be {full}, got {getattr(sampling, name)}: the trainer's log-probs cannot represent "
+                         "a truncated sampling distribution (the temperature is honoured)")
+        _require(self.run.mode != "sft" or not self.train.rollout_ahead, "train.rollout_ahead",
+                 "overlaps the student's rollout with training; run.mode sft has no rollout (set it to 0)")
         _require(self.method.injection is None or self.rollout is None or self.rollout.verify, "rollout.verify",
                  "method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":

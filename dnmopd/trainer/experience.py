@@ -3,6 +3,7 @@
 Each response's scoring requests (and its verification) start the moment its rollout finishes, so teacher
 prefill overlaps the generation of the rest of the batch. A teacher failure is handled by the fleet's
 policy: `mask` leaves the teacher's row None (the response then trains with advantage 0), `stop` raises.
+The collector's metrics (`EXPERIENCE_METRICS`) are per rank, reduced by name by the update loop.
 """
 
 from __future__ import annotations
@@ -18,7 +19,21 @@ import torch
 from dnmopd.rollout.base import Rollout, RolloutEngine, RolloutRequest, SamplingParams
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
+from dnmopd.trainer.metric_table import Mean, MetricTable
 from dnmopd.trainer.prompts import Prompt
+
+EXPERIENCE_METRICS = MetricTable(
+    ("response_tokens", "sum", "Response tokens of the update's batch (all data-parallel ranks)."),
+    ("response_length/mean", "mean", "Mean response length in tokens."),
+    ("truncation_rate", "mean", "Share of responses cut at rollout.sampling.max_new_tokens."),
+    ("accuracy/{domain}", "mean", "Share of the domain's responses its verifier judged correct (a response "
+                                  "without a verdict counts as wrong); only when responses are verified."),
+    ("no_verdict/{domain}", "sum", "Responses of the domain the verifier could not judge (time-out, crash, "
+                                   "exception): scored as wrong, logged by dnmopd.trainer.verification."),
+    ("teacher/{teacher}/failures", "sum", "Scoring requests of the teacher that failed after all retries "
+                                          "(the sample is masked or the run stops: teachers.fleet)."),
+    ("teacher/{teacher}/latency_s", "mean", "Mean seconds per scoring request of the teacher, retries included."),
+)
 
 Verifier = Callable[[str, str, str], "bool | None"]
 
@@ -51,18 +66,47 @@ class Sample:
 @dataclass(slots=True)
 class Experience:
     samples: list[Sample]
-    rollout_seconds: float
-    """Wall time from the first rollout request to the last score/verdict."""
+    phases: dict[str, tuple[float, float]]
+    """Wall-clock (start, end) of `rollout` (first request to last response) and `scoring` (first scoring or
+    verification request to the last answer), as time.time() seconds."""
     teacher_failures: dict[str, int]
     teacher_seconds: dict[str, list[float]]
     """Per teacher, the latency of each scoring request (retries included)."""
+    verified: bool
+    """Whether every sample was given to the verifier."""
+
+    def metrics(self) -> dict:
+        """This rank's EXPERIENCE_METRICS of the batch."""
+        metrics = sample_metrics(self.samples, verified=self.verified)
+        for name, count in self.teacher_failures.items():
+            metrics[f"teacher/{name}/failures"] = float(count)
+        for name, seconds in self.teacher_seconds.items():
+            metrics[f"teacher/{name}/latency_s"] = Mean(sum(seconds), len(seconds))
+        return metrics
 
 
-def rollout_counts(samples: list[Sample], seconds: float) -> list[float]:
-    """(responses, response tokens, truncated responses, rollout seconds): what `Trainer.rollout_metrics` reads
-    once summed over data-parallel ranks."""
-    return [len(samples), sum(len(s.response_ids) for s in samples),
-            sum(s.finish_reason == "length" for s in samples), seconds]
+def sample_metrics(samples: Sequence[Sample], *, verified: bool) -> dict:
+    """Lengths, truncation and (when `verified`) per-domain accuracy of this rank's samples."""
+    responses = len(samples)
+    tokens = sum(len(s.response_ids) for s in samples)
+    metrics = {"response_tokens": float(tokens), "response_length/mean": Mean(tokens, responses),
+               "truncation_rate": Mean(sum(s.finish_reason == "length" for s in samples), responses)}
+    if verified:
+        for domain in dict.fromkeys(s.domain for s in samples):
+            mine = [s for s in samples if s.domain == domain]
+            metrics[f"accuracy/{domain}"] = Mean(sum(s.verdict is True for s in mine), len(mine))
+            metrics[f"no_verdict/{domain}"] = float(sum(s.verdict is None for s in mine))
+    return metrics
+
+
+def merge_phases(*phases: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """One (earliest start, latest end) per phase over several collections (GRPO's generation batches)."""
+    merged: dict[str, tuple[float, float]] = {}
+    for spans in phases:
+        for name, (start, end) in spans.items():
+            old = merged.get(name, (start, end))
+            merged[name] = (min(old[0], start), max(old[1], end))
+    return merged
 
 
 class ExperienceCollector:
@@ -90,25 +134,26 @@ class ExperienceCollector:
         n = self.samples_per_prompt
         requests = [RolloutRequest(p.prompt_ids, sample_id=i * n + k) for i, p in enumerate(prompts) for k in range(n)]
         failures_before = dict(self.fleet.failures) if self.fleet else {}
-        self._latency: dict[str, list[float]] = {}
-        start = time.perf_counter()
-        samples = asyncio.run(self._collect(prompts, requests, params))
-        failures = {name: count - failures_before.get(name, 0)
-                    for name, count in (self.fleet.failures.items() if self.fleet else [])}
-        return Experience(samples, time.perf_counter() - start, failures, self._latency)
+        run = _Run()
+        samples = asyncio.run(self._collect(prompts, requests, params, run))
+        failures = {name: self.fleet.failures[name] - failures_before.get(name, 0)
+                    for name in (self.fleet.teachers if self.fleet else ())}
+        return Experience(samples, run.phases(), failures, run.latency, verified=self.verifier is not None)
 
-    async def _collect(self, prompts, requests, params) -> list[Sample]:
+    async def _collect(self, prompts, requests, params, run: _Run) -> list[Sample]:
         samples: dict[int, Sample] = {}
         tasks: list[asyncio.Task] = []
+        run.mark("rollout")
         try:
             async for rollout in self.engine.stream(requests, params):
+                run.mark("rollout")
                 sample = self._sample(prompts, rollout)
                 samples[rollout.sample_id] = sample
                 request = ScoreRequest(sample.token_ids, len(sample.prompt.prompt_ids))
                 for name in self.teachers_for(sample.domain):
-                    tasks.append(asyncio.create_task(self._score(sample, rollout.sample_id, name, request)))
+                    tasks.append(asyncio.create_task(self._score(sample, rollout.sample_id, name, request, run)))
                 if self.verifier is not None:
-                    tasks.append(asyncio.create_task(self._verify(sample)))
+                    tasks.append(asyncio.create_task(self._verify(sample, run)))
             await asyncio.gather(*tasks)
         except BaseException:
             for task in tasks:
@@ -126,14 +171,35 @@ class ExperienceCollector:
         return Sample(prompts[group], group, list(rollout.response_ids), rollout.logprobs.float(),
                       rollout.finish_reason)
 
-    async def _score(self, sample: Sample, index: int, name: str, request: ScoreRequest) -> None:
+    async def _score(self, sample: Sample, index: int, name: str, request: ScoreRequest, run: _Run) -> None:
+        run.mark("scoring")
         start = time.perf_counter()
         scored = await self.fleet.score_one(index, name, request)
-        self._latency.setdefault(name, []).append(time.perf_counter() - start)
+        run.latency.setdefault(name, []).append(time.perf_counter() - start)
+        run.mark("scoring")
         sample.scores[name] = scored.scores.logprobs if scored.ok else None
         if self.return_hidden_states and scored.ok:
             sample.hidden_states[name] = scored.scores.hidden_states
 
-    async def _verify(self, sample: Sample) -> None:
+    async def _verify(self, sample: Sample, run: _Run) -> None:
+        run.mark("scoring")
         text = self.decode(sample.response_ids)
         sample.verdict = await asyncio.to_thread(self.verifier, sample.domain, text, sample.prompt.label)
+        run.mark("scoring")
+
+
+@dataclass
+class _Run:
+    """Per-collection bookkeeping: the wall-clock span of each phase, per-teacher request latencies."""
+
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+
+    def mark(self, phase: str) -> None:
+        """Widen the phase's span to include now."""
+        now = time.time()
+        start, end = self.spans.get(phase, (now, now))
+        self.spans[phase] = (min(start, now), max(end, now))
+
+    def phases(self) -> dict[str, tuple[float, float]]:
+        return dict(self.spans)

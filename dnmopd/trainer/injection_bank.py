@@ -87,28 +87,32 @@ def build_bank(config, output: Path, log=print) -> InjectionBank:
     from dnmopd.trainer.config import resolve_data_path
     from dnmopd.trainer.prompts import PromptSet
     from dnmopd.trainer.teacher_answers import teacher_answers
-    from dnmopd.verifiers import verify
+    from dnmopd.trainer.verification import Verification
 
     tokenizer = PromptTokenizer.from_pretrained(config.student.hf_path)
     prompts = PromptSet.load(resolve_data_path(config.data.train_file), tokenizer, domains=config.data.domains,
                              max_prompt_tokens=config.data.max_prompt_tokens,
                              model_vocab=len(tokenizer.tokenizer), on_bad_row=config.data.on_bad_row)
     entries, tried = {}, 0
-    for teacher_config, engine, answers in teacher_answers(config, prompts.prompts, config.rollout.sampling,
-                                                           purpose="building an injection bank"):
-        scorer = InProcessTeacher(teacher_config, model=engine.model)
-        for prompt, rollout in answers:
-            tried += 1
-            if rollout.finish_reason != "stop":
-                continue
-            text = tokenizer.tokenizer.decode(rollout.response_ids)
-            if verify(prompt.domain, text, prompt.label) is not True:
-                continue
-            scores = scorer.score_batch([ScoreRequest((*prompt.prompt_ids, *rollout.response_ids),
-                                                      len(prompt.prompt_ids))])[0]
-            entries[prompt_key(prompt.prompt_ids)] = BankEntry(prompt.domain, teacher_config.name,
-                                                                tuple(rollout.response_ids), scores.logprobs.float())
-        log(f"{teacher_config.name}: {len(entries)} verified answers so far ({tried} prompts tried)")
+    verification = Verification(config.verifiers, {p.domain for p in prompts.prompts})
+    try:
+        for teacher_config, engine, answers in teacher_answers(config, prompts.prompts, config.rollout.sampling,
+                                                               purpose="building an injection bank"):
+            scorer = InProcessTeacher(teacher_config, model=engine.model)
+            for prompt, rollout in answers:
+                tried += 1
+                if rollout.finish_reason != "stop":
+                    continue
+                text = tokenizer.tokenizer.decode(rollout.response_ids)
+                if verification.verdict(prompt.domain, text, prompt.label) is not True:  # no verdict: not kept
+                    continue
+                scores = scorer.score_batch([ScoreRequest((*prompt.prompt_ids, *rollout.response_ids),
+                                                          len(prompt.prompt_ids))])[0]
+                entries[prompt_key(prompt.prompt_ids)] = BankEntry(
+                    prompt.domain, teacher_config.name, tuple(rollout.response_ids), scores.logprobs.float())
+            log(f"{teacher_config.name}: {len(entries)} verified answers so far ({tried} prompts tried)")
+    finally:
+        verification.close()
     bank = InjectionBank(entries)
     bank.save(output)
     log(f"wrote {output}: {len(bank)} entries from {tried} prompts")

@@ -3,7 +3,9 @@
     multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
     reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
     reverse_kl_full_vocab.png   exact full-vocabulary reverse KL per domain (full-vocab loss runs)
-    phase_times.png   seconds per update spent in each phase (stacked)
+    phase_times.png   seconds per update of each phase (rollout, scoring, wait, train, sync; phases overlap)
+    timeline.png      when each update's phases ran (wall clock): with train.rollout_ahead 1 the next
+                      batch's rollout and scoring run during the current train
     training.png      loss, mean response length and throughput
 
     python -m dnmopd.trainer.report RUN_DIR
@@ -78,14 +80,36 @@ def _plot_phase_times(records, out: Path) -> Path | None:
     if not phases:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    bottom: dict[int, float] = defaultdict(float)
     for phase, (steps, seconds) in sorted(phases.items()):
-        ax.bar(steps, seconds, bottom=[bottom[s] for s in steps], label=phase)
-        for s, v in zip(steps, seconds, strict=True):
-            bottom[s] += v
-    ax.set(xlabel="update", ylabel="seconds", title="Time per phase")
+        ax.plot(steps, seconds, marker="o", markersize=3, label=phase)
+    ax.set(xlabel="update", ylabel="seconds", title="Time per phase (phases may overlap)")
     ax.legend(fontsize=8)
     return _save(fig, out / "phase_times.png")
+
+
+TIMELINE_LANES = ("rollout", "scoring", "wait", "train", "sync")
+
+
+def _plot_timeline(records, out: Path) -> Path | None:
+    """One lane per phase, one bar per update's phase, on the wall clock of the run's first record."""
+    spans = [(r["step"], lane, r[f"timeline/{lane}/start"], r[f"timeline/{lane}/end"]) for r in records
+             for lane in TIMELINE_LANES if f"timeline/{lane}/start" in r and f"timeline/{lane}/end" in r]
+    if not spans:
+        return None
+    origin = min(start for _, _, start, _ in spans)
+    lanes = [lane for lane in TIMELINE_LANES if any(s[1] == lane for s in spans)]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(lanes) + 1.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for step, lane, start, end in spans:
+        y = lanes.index(lane)
+        ax.barh(y, end - start, left=start - origin, height=0.6, color=colors[step % len(colors)],
+                edgecolor="black", linewidth=0.3)
+        if lane in ("rollout", "train"):
+            ax.text(start - origin, y, str(step), va="center", fontsize=6)
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set(xlabel="seconds since the first update started", title="Timeline (bar label: update)")
+    return _save(fig, out / "timeline.png")
 
 
 def _plot_training(records, out: Path) -> Path | None:
@@ -116,7 +140,7 @@ def draw_report(run_dir: str | Path) -> list[Path]:
                          "KL (nats/token)"),
              _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
                          "Reverse KL to the routed teacher (full vocabulary)", "KL (nats/token)"),
-             _plot_phase_times(records, out), _plot_training(records, out)]
+             _plot_phase_times(records, out), _plot_timeline(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 
 

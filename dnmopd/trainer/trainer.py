@@ -2,14 +2,22 @@
 
 One update, in the order of the data flow (`_update`):
 
-    sampler -> rollout -> teacher scoring / verifiers   (mode.collect, on each model-parallel group's leader)
+    sampler -> rollout -> teacher scoring / verifiers          mode.collect on each model-parallel leader, now or
+                                                               (train.rollout_ahead 1) during the previous update
     -> batch broadcast to the model-parallel group
-    -> DN statistics all-reduced over data parallel -> multipliers   (mode.prepare)
-    -> student forward/backward with a fused LM-head loss -> optimizer step   (mode.objective, StudentForward)
-    -> weight sync to the rollout engine, verified by a probe -> metrics -> checkpoint
+    -> DN statistics all-reduced over data parallel -> multipliers, advantages, old log-probs   (mode.prepare)
+    -> student forward/backward with a fused LM-head loss -> optimizer step(s)   (mode.objective, StudentForward)
+    -> the batch collected ahead finishes -> weight sync to the rollout engine, verified by a probe
+    -> metrics reduced by name over data parallel (+ the update's timeline) -> checkpoint
 
-Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts, rollout
-engine (leaders), mode (teachers, method), optimizer, checkpoint resume, metrics.
+Modes see the run only through a `ModeContext` (`context`); the trainer owns the services behind it (sampler,
+rollout engine, teachers, verifiers, student forward, collectives) and builds and closes them. Extension
+points: a measurement joins the update's metrics in `_update` (declare its names in a MetricTable and add the
+table to `_metric_table`); work on the freshly synced rollout engine (evaluation) belongs after `_sync_weights`.
+
+Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
+sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, checkpoint
+resume, metrics.
 """
 
 from __future__ import annotations
@@ -28,24 +36,47 @@ from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint
 from dnmopd.trainer.batch import TrainBatch, broadcast_batch
-from dnmopd.trainer.collectives import all_reduce_sum, broadcast_tensor
+from dnmopd.trainer.collectives import all_reduce_max, all_reduce_sum, broadcast_tensor
 from dnmopd.trainer.config import TrainerConfig, resolve_data_path
+from dnmopd.trainer.context import Layout, ModeContext
+from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
+from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
-from dnmopd.trainer.objectives import LogProbs
+from dnmopd.trainer.modes.base import StepCounts, mode_class
+from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
 from dnmopd.trainer.optimization import build_optimization
+from dnmopd.trainer.pipeline import RolloutPipeline
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
 from dnmopd.trainer.update import StudentForward, logp_matrix, sum_metrics
+from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
 
+PHASES = ("rollout", "scoring", "wait", "train", "sync")
+LOOP_METRICS = MetricTable(
+    ("grad_norm", "global", "Global gradient norm of the update's last optimizer step, before clipping."),
+    ("skipped_steps", "global", "Optimizer steps of the update skipped (non-finite gradients)."),
+    ("lr", "global", "Learning rate after the update."),
+    ("throughput/tokens_per_s", "global", "Response tokens per second of the update's wall time (from taking "
+                                          "its batch to the end of its weight sync)."),
+    ("rollout/staleness", "global", "Optimizer updates between the weights that generated the batch and those "
+                                    "that train on it: 0 on-policy, 1 for a batch collected ahead."),
+    ("time/{phase}", "max", "Seconds of a phase of the update's batch: rollout (generation), scoring (teacher "
+                            "scoring and verification, overlapping the rollout), wait (training waiting for the "
+                            "batch collected ahead), train (prepare + optimizer steps), sync (weight sync)."),
+    ("timeline/{phase}/start", "min", "Wall-clock start of the phase (Unix seconds); a batch collected ahead "
+                                      "has its rollout and scoring within the previous update's train."),
+    ("timeline/{phase}/end", "max", "Wall-clock end of the phase (Unix seconds)."),
+)
 
-def _mode_class(name: str):
-    from dnmopd.trainer.modes.grpo import GRPOMode
-    from dnmopd.trainer.modes.opd import OPDMode
-    from dnmopd.trainer.modes.sft import SFTMode
 
-    return {"opd": OPDMode, "grpo": GRPOMode, "sft": SFTMode}[name]
+def phase_metrics(phases: dict[str, tuple[float, float]]) -> dict[str, float]:
+    metrics = {}
+    for phase, (start, end) in phases.items():
+        metrics.update({f"time/{phase}": end - start, f"timeline/{phase}/start": start,
+                        f"timeline/{phase}/end": end})
+    return metrics
 
 
 class Trainer:
@@ -54,15 +85,18 @@ class Trainer:
 
         self.config = config
         init_distributed()
+        if not torch.cuda.is_available():
+            # megatron's torch.compile'd fusions only cost compile time on a CPU, and compiling while an
+            # in-process rollout generates in another thread (train.rollout_ahead 1) changes its floats
+            torch._dynamo.config.disable = True
         torch.manual_seed(config.run.seed)
         self.dims = config.parallel.build()
         self.rank = dist.get_rank()
-        self.world = dist.group.WORLD
         self.run_dir = config.run.directory
         self.leader = min(dist.get_process_group_ranks(self.dims.pg.mp))
         self.is_leader = self.rank == self.leader
         self.dp_rank, self.dp_size = self.dims.dp_group.rank(), self.dims.dp_group.size()
-        self.update = 0
+        self.collection_group = dist.new_group(backend="gloo")  # collection-time agreement, any thread
         self._write_resolved_config()
 
         self.student = Student.from_hf(config.student.hf_path, self.dims, config.student)
@@ -73,13 +107,19 @@ class Trainer:
             on_bad_row=config.data.on_bad_row)
         self.sampler = config.data.sampler.build(num_prompts=len(self.prompts), dp_rank=self.dp_rank,
                                                  dp_size=self.dp_size)
-        mode_class = _mode_class(config.run.mode)
-        self.rollout_engine = self._build_rollout_engine() if self.is_leader and mode_class.uses_rollout else None
-        self.mode = mode_class(self)
+        mode = mode_class(config.run.mode)
+        self.rollout_engine = self._build_rollout_engine() if self.is_leader and mode.uses_rollout else None
+        self.teachers: dict = {}  # built when the mode asks for them
+        self.verification = None  # likewise
+        temperature = config.rollout.sampling.temperature if mode.uses_rollout else 1.0
+        self.head = LMHead(self.student.chunks[-1], self.dims.pg.tp, config.train.logit_chunk_tokens, temperature)
+        self.mode = mode(self._context())
         steps = config.train.updates * config.train.optimizer_steps_per_update
         self.optimization = build_optimization(self.student, config.optimizer, steps)
         self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens,
                                       packing=config.train.packing)
+        self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | mode.metrics
+        self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
         self.start_update = self._resume()
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
@@ -87,7 +127,7 @@ class Trainer:
                                         enabled=self.rank == 0 and config.logging.progress)
         self.last_metrics: dict[str, float] = {}
         if self.start_update > 0 and self.mode.uses_rollout:
-            self._sync_weights(None)  # the rollout engine starts from the resumed weights
+            self._sync_weights(None, version=self.start_update)  # the engine starts from the resumed weights
 
     # ------------------------------------------------------------------------------------------- building
     def _write_resolved_config(self) -> None:
@@ -103,7 +143,47 @@ class Trainer:
         engine = self.config.rollout.engine
         return rollout_class(engine.backend)(engine.config)
 
-    def build_teachers(self, *, return_hidden_states: bool = False) -> dict:
+    def _context(self) -> ModeContext:
+        layout = Layout(self.rank, self.is_leader, self.student.is_last_stage, self.dp_rank, self.dp_size)
+        return ModeContext(
+            config=self.config, layout=layout, run_dir=self.run_dir, tokenizer=self.tokenizer, prompts=self.prompts,
+            head=self.head, next_prompts=self._next_prompts, experience=self._experience, any_rank=self._any_rank,
+            sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
+            logp=lambda batch: self._logp(batch, self.head), run_once=self._run_once)
+
+    def _next_prompts(self) -> list:
+        return [self.prompts[i] for i in self.sampler.next_batch().indices]
+
+    def _any_rank(self, flag: bool) -> bool:
+        return bool(all_reduce_max(torch.tensor([float(flag)]), self.collection_group).item())
+
+    def _run_once(self, fn) -> None:
+        if self.rank == 0:
+            fn()
+        dist.barrier()
+
+    def _experience(self, *, teachers_for=None, hidden_states: bool = False,
+                    verify: bool = False) -> ExperienceCollector | None:
+        """A collector over this leader's rollout engine, the teachers `teachers_for(domain)` names (built once,
+        checked) and the verifiers; None off the model-parallel leaders."""
+        if not self.is_leader:
+            return None
+        fleet = None
+        if teachers_for is not None:
+            self.teachers = self.teachers or self._build_teachers(return_hidden_states=hidden_states)
+            fleet = self.config.teachers.fleet.build(self.teachers)
+        verification = {}
+        if verify:
+            if self.verification is None:
+                self.verification = Verification(self.config.verifiers, {p.domain for p in self.prompts.prompts})
+            decode = self.tokenizer.tokenizer.decode
+            verification = {"verifier": self.verification.verdict, "decode": lambda ids: decode(ids)}
+        return ExperienceCollector(self.rollout_engine, fleet, sampling=self.config.rollout.sampling,
+                                   samples_per_prompt=self.config.data.samples_per_prompt,
+                                   teachers_for=teachers_for or (lambda domain: ()),
+                                   return_hidden_states=hidden_states, **verification)
+
+    def _build_teachers(self, *, return_hidden_states: bool) -> dict:
         """The run's teachers, checked (health, identity) and vocabulary-compatible with the student."""
         from dnmopd.teachers import teacher_class
 
@@ -119,15 +199,6 @@ class Trainer:
             teachers[teacher.name] = teacher
         return teachers
 
-    def verification(self, *, required: bool = False) -> dict:
-        """ExperienceCollector arguments that judge every response with its domain's verifier."""
-        if not (required or self.config.rollout.verify):
-            return {}
-        from dnmopd.verifiers import verify
-
-        decode = self.tokenizer.tokenizer.decode
-        return {"verifier": verify, "decode": lambda ids: decode(ids)}
-
     def _resume(self) -> int:
         resumed = checkpoint.resume(self.run_dir, self.config.checkpoint.resume, self.student, self.optimization)
         if resumed is None:
@@ -136,55 +207,20 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.mode.load_state_dict(state["mode"])
         self.optimization.load_state_dict(state["optimization"])
+        local = checkpoint.load_local(latest)
+        if local is not None:
+            self.pipeline.load_state_dict(local["pipeline"])
         if self.rank == 0:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
 
     # ------------------------------------------------------------------------------------------- services
-    @property
-    def output_chunk(self):
-        return self.forward.output_chunk
-
-    def next_prompts(self) -> list:
-        """This rank's prompts of the next rollout batch (every rank advances the sampler)."""
-        return [self.prompts[i] for i in self.sampler.next_batch().indices]
-
-    def seed_offset(self, draw: int, prompts: int) -> int:
-        """Sample-seed offset of this rank's `draw`-th rollout batch: distinct over draws and ranks, and the
-        same after a resume."""
-        return (draw * self.dp_size + self.dp_rank) * prompts * self.config.data.samples_per_prompt
-
-    def rollout_metrics(self, totals: torch.Tensor) -> dict[str, float]:
-        """From DP-summed `experience.rollout_counts`."""
-        responses = totals[0].clamp(min=1)
-        return {"response_tokens": totals[1].item(), "response_length/mean": (totals[1] / responses).item(),
-                "truncation_rate": (totals[2] / responses).item(), "time/rollout_and_scoring": totals[3].item()}
-
-    def accuracy_metrics(self, samples) -> dict[str, float]:
-        """Verifier accuracy per domain (no-verdict responses counted apart); every rank calls it."""
-        domains = self.config.data.domains
-        counts = torch.zeros(3, len(domains), dtype=torch.float64)
-        for sample in samples or []:
-            column = domains.index(sample.domain)
-            counts[0, column] += 1
-            counts[1, column] += sample.verdict is True
-            counts[2, column] += sample.verdict is None
-        counts = all_reduce_sum(counts, self.dims.dp_group)
-        metrics = {}
-        for i, domain in enumerate(domains):
-            if counts[0, i] > 0:
-                metrics[f"accuracy/{domain}"] = (counts[1, i] / counts[0, i]).item()
-                metrics[f"no_verdict/{domain}"] = counts[2, i].item()
-        return metrics
-
-    def logp(self, batch: TrainBatch) -> torch.Tensor:
+    def _logp(self, batch: TrainBatch, head: LMHead) -> torch.Tensor:
         """[B, T] log-probs of the response tokens under the current weights, on every model-parallel rank."""
         for chunk in self.optimization.model:
             chunk.eval()
         with torch.no_grad():
-            outputs = self.forward.run(batch, LogProbs(self.output_chunk, self.dims.pg.tp,
-                                                       chunk_size=self.config.train.logit_chunk_tokens),
-                                       forward_only=True)
+            outputs = self.forward.run(batch, LogProbs(head), forward_only=True)
         logp = logp_matrix(batch, outputs) if self.student.is_last_stage else None
         if self.dims.pp_size == 1:
             return logp
@@ -195,7 +231,6 @@ class Trainer:
     def train(self) -> None:
         try:
             for update in range(self.start_update, self.config.train.updates):
-                self.update = update
                 metrics = self._update(update)
                 self.last_metrics = metrics
                 self.metrics.log(update, metrics)
@@ -210,36 +245,41 @@ class Trainer:
             self.metrics.close()
 
     def _update(self, update: int) -> dict[str, float]:
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
+        started = time.time()
         self.progress.phase("rollout + scoring")
-        batch, metrics = self.mode.collect(update)
-        batch = broadcast_batch(batch, self.leader, self.dims.pg.mp)
-        timings["rollout"] = time.perf_counter() - start
+        collected = self.pipeline.take(update)
+        if self.pipeline.ahead and update + 1 < self.config.train.updates:
+            self.pipeline.prefetch(update + 1)  # generated by the current weights while they train
+        batch = broadcast_batch(collected.batch, self.leader, self.dims.pg.mp)
+        staleness = update - collected.policy_version if self.mode.uses_rollout else 0
+        phases, metrics = dict(collected.phases), dict(collected.metrics)
 
-        self.progress.phase("train")
-        tick = time.perf_counter()
-        metrics.update(self.mode.prepare(batch))
+        self.progress.phase("train, next batch generating" if self.pipeline.ahead else "train")
+        tick = time.time()
+        metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
-        timings["train"] = time.perf_counter() - tick
+        phases["train"] = (tick, time.time())
 
         if self.mode.uses_rollout:
+            self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
+            self.pipeline.drain()  # the batch collected ahead must be done before the weights change
             self.progress.phase("weight sync")
-            tick = time.perf_counter()
-            self._sync_weights(batch)
-            timings["sync"] = time.perf_counter() - tick
-        metrics.update({f"time/{k}": v for k, v in timings.items()})
-        metrics["throughput/tokens_per_s"] = metrics.get("response_tokens", 0.0) / (time.perf_counter() - start)
-        return metrics
+            tick = time.time()
+            self._sync_weights(batch, version=update + 1)
+            phases["sync"] = (tick, time.time())
+        metrics.update(phase_metrics(phases))
+        reduced = reduce_metrics(metrics, self.metric_table, self.dims.dp_group)
+        if self.mode.uses_rollout:
+            reduced["rollout/staleness"] = float(staleness)
+        reduced["throughput/tokens_per_s"] = reduced.get("response_tokens", 0.0) / (time.time() - started)
+        return reduced
 
-    def _optimize(self, batch: TrainBatch) -> dict[str, float]:
+    def _optimize(self, batch: TrainBatch) -> dict:
         steps = self.config.train.optimizer_steps_per_update
         if batch.size < steps:
             raise RuntimeError(f"this rank has {batch.size} responses for train.optimizer_steps_per_update={steps}")
         rows = -(-batch.size // steps)
-        domains = len(self.config.data.domains)
-        sizes = {"loss": 1, "rollout_abs_diff": 1, "tokens": 1, "kl_full": domains, "kl_full_tokens": domains}
-        totals = {key: torch.zeros(n, dtype=torch.float64) for key, n in sizes.items()}
+        totals: dict[str, torch.Tensor] = {}
         grad_norm, skipped = 0.0, 0
         for step in range(steps):
             piece = batch.select(slice(step * rows, (step + 1) * rows))
@@ -247,29 +287,26 @@ class Trainer:
             for chunk in self.optimization.model:
                 chunk.train()
             self.optimization.zero_grad()
-            objective = self.mode.objective(int(counts[0]), int(counts[1]))
+            objective = self.mode.objective(StepCounts(int(counts[0]), int(counts[1])))
             outputs = self.forward.run(piece, objective, forward_only=False)
             applied, norm = self.optimization.step()
             grad_norm, skipped = float(norm or 0.0), skipped + (not applied)
-            for key, value in sum_metrics(outputs, sizes, self.dims.pg.pp, self.dims.dp_group).items():
-                totals[key] += value
-        metrics = {"loss": totals["loss"].item(), "grad_norm": grad_norm, "skipped_steps": float(skipped),
-                   "lr": self.optimization.learning_rate()}
-        if self.mode.uses_rollout:  # how far the trainer's log-probs are from the rollout engine's
-            abs_diff = totals["rollout_abs_diff"] / totals["tokens"].clamp(min=1)
-            metrics["train_rollout_logprob_abs_diff"] = abs_diff.item()
-        for i, domain in enumerate(self.config.data.domains):
-            if totals["kl_full_tokens"][i] > 0:
-                metrics[f"kl_full/{domain}"] = (totals["kl_full"][i] / totals["kl_full_tokens"][i]).item()
-        if totals["kl_full_tokens"].sum() > 0:
-            metrics["kl_full/all"] = (totals["kl_full"].sum() / totals["kl_full_tokens"].sum()).item()
-        return metrics
+            for key, value in sum_metrics(outputs, objective.sizes, self.dims.pg.pp).items():
+                totals[key] = totals[key] + value if key in totals else value
+        metrics = objective.metrics(totals, steps)
+        if not self.mode.uses_rollout:  # no rollout log-probs to compare with
+            metrics.pop("train_rollout_logprob_abs_diff", None)
+        return {**metrics, "grad_norm": grad_norm, "skipped_steps": float(skipped),
+                "lr": self.optimization.learning_rate()}
 
-    def _sync_weights(self, batch: TrainBatch | None) -> None:
-        """Send the new weights to the rollout engine and verify them with a probe sequence. An in-process engine
-        is each leader's own; server engines are shared by all data-parallel replicas, so only the first one
-        updates them and every rank waits for it."""
+    def _sync_weights(self, batch: TrainBatch | None, *, version: int) -> None:
+        """Send the weights after `version` updates to the rollout engine and verify them with a probe sequence.
+        An in-process engine is each leader's own; server engines are shared by all data-parallel replicas, so
+        only the first one updates them, once every replica's batch is complete, and every rank waits for it."""
+        self.pipeline.weights_updated(version)  # refused while this rank's batch is being collected
         shared = self.config.rollout.engine.backend != "inprocess"
+        if shared:
+            dist.barrier()
         if not shared or self.dp_rank == 0:
             self._send_weights(batch)
         if shared:
@@ -277,7 +314,7 @@ class Trainer:
 
     def _send_weights(self, batch: TrainBatch | None) -> None:
         probe_batch = batch.select(slice(0, 1)) if batch is not None and batch.size else self._probe_batch()
-        expected = self.logp(probe_batch)
+        expected = self._logp(probe_batch, dataclasses.replace(self.head, temperature=1.0))  # servers score at T 1
         tensors = self.student.hf_tensors(causal_lm_names=self.config.rollout.engine.backend == "inprocess")
         if not self.is_leader:
             for _ in tensors:  # the gather is collective: every model-parallel rank takes part
@@ -299,7 +336,7 @@ class Trainer:
         state = {"update": update, "sampler": self.sampler.state_dict(), "mode": self.mode.state_dict(),
                  "optimization": self.optimization.state_dict()}
         checkpoint.save(self.run_dir, update, self.student, self.optimization, state,
-                        self.config.checkpoint.keep_last)
+                        self.config.checkpoint.keep_last, local_state={"pipeline": self.pipeline.state_dict()})
 
     def _finish(self) -> None:
         if self.config.checkpoint.export_hf:
@@ -317,7 +354,10 @@ class Trainer:
             draw_report(self.run_dir)
 
     def close(self) -> None:
+        self.pipeline.close()
         self.mode.close()
+        if self.verification is not None:
+            self.verification.close()
         self.dims.destroy()
         if dist.is_initialized():
             dist.destroy_process_group()

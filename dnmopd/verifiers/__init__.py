@@ -1,47 +1,72 @@
 """Rule-based verifiers: is a response correct for its row's label?
 
+``Verifiers(math=..., code=..., domains=...)`` holds the verifiers of a run's domains and
 ``verify(domain, response, label) -> bool | None`` dispatches on the row's domain (``metadata.domain``,
-compared case-insensitively): ``math`` -> ``verifiers.math`` (last ``\\boxed{}``, math-verify, killable
-workers), ``ifeval`` -> ``verifiers.ifeval`` (strict conjunction of the label's constraints, trailing
-end-of-turn markers stripped), ``code`` -> ``verifiers.code.judge`` (sandboxed test run). ``None`` means no
-verdict (the checker itself failed or timed out), never "wrong". A malformed IF label and an unknown domain
-are errors (labels are validated when the data is loaded, so either is a bug, not a wrong answer).
+compared case-insensitively): ``math`` -> ``verifiers.math.MathVerifier`` (last ``\\boxed{}``, killable
+worker processes), ``ifeval`` -> ``verifiers.ifeval`` (strict conjunction of the label's constraints,
+trailing end-of-turn markers stripped), ``code`` -> ``verifiers.code.CodeJudge`` (sandboxed test run).
+``None`` means no verdict (the checker itself failed or timed out), never "wrong". A malformed label
+raises (labels are validated when the data is loaded, so it is a bug, not a wrong answer); an unknown
+domain is refused when the verifiers are built. Nothing here is process-wide: whoever builds a
+``Verifiers`` closes it (the trainer through ``dnmopd.trainer.verification``), or uses it as a context manager.
 """
 
 from __future__ import annotations
 
-import atexit
-import threading
+from collections.abc import Iterable
 
 DOMAINS = ("math", "code", "ifeval")
-
-_math_lock = threading.Lock()
-_math_verifier = None
+_KINDS = {"math": "math", "ifeval": "ifeval", "code": "code", "code-a3b": "code"}
 
 
-def default_math_verifier():
-    """The process-wide math grader pool used by ``verify`` (started on first use, closed at exit)."""
-    global _math_verifier
-    with _math_lock:
-        if _math_verifier is None:
+def verifier_kind(domain: str) -> str:
+    """Which verifier judges a domain's rows (``math``, ``code`` or ``ifeval``)."""
+    kind = _KINDS.get(domain.lower())
+    if kind is None:
+        raise ValueError(f"no verifier for domain {domain!r} (known: {', '.join(DOMAINS)})")
+    return kind
+
+
+class Verifiers:
+    """The verifiers of `domains`, each built from its config (None: its defaults) only if a domain needs it:
+    the math grader pool for math, the code judge (which checks the sandbox) for code."""
+
+    def __init__(self, *, math=None, code=None, domains: Iterable[str] = DOMAINS):
+        kinds = {verifier_kind(domain) for domain in domains}
+        self._math = self._code = None
+        if "math" in kinds:
             from dnmopd.verifiers.math import MathVerifier
 
-            _math_verifier = MathVerifier()
-            atexit.register(_math_verifier.close)
-        return _math_verifier
+            self._math = MathVerifier(math)
+        if "code" in kinds:
+            from dnmopd.verifiers.code import CodeJudge
 
+            try:
+                self._code = CodeJudge(code)
+            except BaseException:
+                self.close()
+                raise
 
-def verify(domain: str, response: str, label: str) -> bool | None:
-    """Correctness verdict of ``response`` for a row of ``domain`` with reference ``label``."""
-    kind = domain.lower()
-    if kind == "math":
-        return default_math_verifier().verify(response, label)
-    if kind == "ifeval":
-        from dnmopd.verifiers import ifeval
+    def verify(self, domain: str, response: str, label: str) -> bool | None:
+        """Correctness verdict of ``response`` for a row of ``domain`` with reference ``label``."""
+        kind = verifier_kind(domain)
+        if kind == "ifeval":
+            from dnmopd.verifiers import ifeval
 
-        return ifeval.verify(response, label)
-    if kind in ("code", "code-a3b"):
-        from dnmopd.verifiers import code
+            return ifeval.verify(response, label)
+        judge = self._math if kind == "math" else self._code
+        if judge is None:
+            raise ValueError(f"these verifiers were built without the {kind} verifier (domain {domain!r})")
+        return judge.verify(response, label) if kind == "math" else judge.judge(response, label)
 
-        return code.judge(response, label)
-    raise ValueError(f"no verifier for domain {domain!r} (known: {', '.join(DOMAINS)})")
+    def close(self) -> None:
+        for verifier in (self._math, self._code):
+            if verifier is not None:
+                verifier.close()
+        self._math = self._code = None
+
+    def __enter__(self) -> Verifiers:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,7 +1,7 @@
 """Code verifier: run the response's program on the label's tests in the native sandbox.
 
-``judge(response, label) -> bool | None`` and the pooled :class:`CodeJudge`. True: every test passed;
-False: a test failed (wrong answer, crash, time or other limit, no program, does not compile, a forged
+``CodeJudge(config).judge(response, label) -> bool | None`` (and its pooled ``submit``). True: every test
+passed; False: a test failed (wrong answer, crash, time or other limit, no program, does not compile, a forged
 result); None: no verdict, because the sandbox itself failed (never a silent False). A malformed label
 raises ValueError (``parse_label``, which the data loader uses to validate code labels). Model output never
 raises: any bytes, size or nesting in a program's output or return value is a verdict.
@@ -387,16 +387,3 @@ class CodeJudge:
 
     def __exit__(self, *exc):
         self.close()
-
-
-_default_lock = threading.Lock()
-_default: CodeJudge | None = None
-
-
-def judge(response: str, label: str | dict) -> bool | None:
-    """The verdict of one response under the default configuration (see the module docstring)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = CodeJudge()
-    return _default.judge(response, label)

@@ -25,3 +25,22 @@ def tiny_overrides(models: Path, run_dir: Path, *, updates: int = 3, name: str =
 
 def read_metrics(run_dir: Path, name: str = "run") -> list[dict]:
     return [json.loads(line) for line in (run_dir / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def demo_bank(models: Path, path: Path) -> Path:
+    """An injection bank with one short teacher answer for every prompt of the sample student set."""
+    import torch
+
+    from dnmopd.data.chat import PromptTokenizer
+    from dnmopd.data.sample_data import sample_file
+    from dnmopd.trainer.injection_bank import BankEntry, InjectionBank, prompt_key
+    from dnmopd.trainer.prompts import PromptSet
+
+    tokenizer = PromptTokenizer.from_pretrained(models / "student")
+    prompts = PromptSet.load(sample_file("student/train_3domain.jsonl"), tokenizer, domains=["math", "code", "ifeval"],
+                             max_prompt_tokens=1024, model_vocab=1024)
+    response = tokenizer.tokenizer("The answer is 4.<|im_end|>", add_special_tokens=False)["input_ids"]
+    bank = InjectionBank({prompt_key(p.prompt_ids): BankEntry(p.domain, f"{p.domain}_teacher", tuple(response),
+                                                              torch.full((len(response),), -0.5))
+                          for p in prompts.prompts})
+    return bank.save(path)

@@ -132,7 +132,8 @@ def test_grpo_recipe_values():
     assert (config.rollout.sampling.temperature, config.rollout.sampling.top_p) == (1.0, 1.0)
     assert config.rollout.sampling.max_new_tokens == 8192 and config.data.max_prompt_tokens == 2048
     assert config.grpo.dynamic_sampling and config.grpo.max_generation_batches == 8
-    assert config.grpo.on_no_verdict == "zero" and (config.grpo.eps_low, config.grpo.eps_high) == (0.2, 0.2)
+    assert config.verifiers.on_no_verdict == "wrong" and (config.grpo.eps_low, config.grpo.eps_high) == (0.2, 0.2)
+    assert config.verifiers.math.rules == config.verifiers.code.rules == "paper"  # the teachers' rewards
     opt = config.optimizer
     assert (opt.lr, opt.lr_decay_style, opt.lr_warmup_updates) == (1e-6, "constant", 10)
     assert (opt.adam_beta1, opt.adam_beta2, opt.weight_decay, opt.clip_grad) == (0.9, 0.98, 0.1, 1.0)
@@ -274,6 +275,26 @@ def test_a_bad_value_names_where_it_was_set():
         load("recipes/student_opd", "models/tiny", "methods/label",
              overrides=["method.routing.teachers=[math_teacher, code_teacher]"])
 
+
+
+@pytest.mark.parametrize("override, message", [
+    ("rollout.sampling.temperature=0", r"temperature: must be > 0, got 0.0: training needs a sampling distribution"),
+    ("rollout.sampling.top_p=0.9", r"top_p: must be 1, got 0.9: the trainer's log-probs cannot represent"),
+    ("rollout.sampling.top_k=20", r"top_k: must be -1, got 20: the trainer's log-probs cannot represent"),
+    ("train.rollout_ahead=2", r"train.rollout_ahead: must be 0 or 1, got 2"),
+    ("verifiers.on_no_verdict=zero", r"verifiers.on_no_verdict must be one of \('wrong', 'stop'\)"),
+])
+def test_what_the_loss_cannot_represent_is_refused(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load("recipes/student_opd", "models/tiny", "methods/dn_mopd", overrides=[override])
+
+
+def test_overlapped_rollout_needs_a_rollout():
+    config = load("recipes/student_opd", "models/tiny", "methods/dn_mopd", overrides=["train.rollout_ahead=1",
+                                                                                      "rollout.sampling.temperature=0.7"])
+    assert config.train.rollout_ahead == 1 and config.rollout.sampling.temperature == 0.7
+    with pytest.raises(ConfigError, match="run.mode sft has no rollout"):
+        load("recipes/seqkd_sft", "models/tiny", overrides=["train.rollout_ahead=1"])
 
 # ------------------------------------------------------------------------------------------- server overlay
 def overlay_tool():

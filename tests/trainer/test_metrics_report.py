@@ -16,6 +16,9 @@ def fake_run(run_dir, updates=6, resume_step=0):
             "loss": 1.0 / (step + 1), "response_length/mean": 10.0 + step, "throughput/tokens_per_s": 100.0,
             "dn/math/applied": 2.0, "dn/math/raw_factor": 2.1, "dn/ifeval/applied": 0.25, "dn/ifeval/raw_factor": 0.2,
             "kl/math": 0.5 - 0.05 * step, "kl/ifeval": 1.0 - 0.1 * step, "time/rollout": 1.5, "time/train": 0.5,
+            # train.rollout_ahead 1: each batch is generated while the previous one trains
+            "timeline/rollout/start": 10.0 + 2 * step, "timeline/rollout/end": 11.5 + 2 * step,
+            "timeline/train/start": 12.0 + 2 * step, "timeline/train/end": 12.5 + 2 * step,
         })
     logger.close()
 
@@ -45,7 +48,7 @@ def test_report_draws_every_plot(tmp_path, capsys):
     fake_run(tmp_path)
     main([str(tmp_path)])
     names = sorted(p.name for p in (tmp_path / "plots").iterdir())
-    assert names == ["multipliers.png", "phase_times.png", "reverse_kl.png", "training.png"]
+    assert names == ["multipliers.png", "phase_times.png", "reverse_kl.png", "timeline.png", "training.png"]
     for name in names:
         with Image.open(tmp_path / "plots" / name) as image:
             assert image.size[0] > 300 and image.size[1] > 200

@@ -3,13 +3,12 @@
 import math
 
 import pytest
-import torch
-from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
+from run_helpers import DEMO, REPO, demo_bank, read_metrics, tiny_overrides
 
 from dnmopd.config import load_config
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
-from dnmopd.trainer.injection_bank import BankEntry, InjectionBank, prompt_key
+from dnmopd.trainer.injection_bank import InjectionBank
 
 METHODS = ["label", "dn_mopd", "single_math", "single_code", "single_if", "uniform_pool", "dynamic_router",
            "observe", "fixed_w", "fixed_math", "fixed_if", "frozen_update0_9b", "frozen_update0_4b",
@@ -46,21 +45,20 @@ def test_full_vocab_reverse_kl_loss_reports_the_exact_kl(demo_models, tmp_path):
                if "kl_full/ifeval" in record and "kl_full/math" in record)
 
 
-def test_annealed_injection_replaces_one_response_per_covered_group(demo_models, tmp_path):
-    from dnmopd.data.chat import PromptTokenizer
-    from dnmopd.data.sample_data import sample_file
-    from dnmopd.trainer.prompts import PromptSet
+@pytest.mark.parametrize("method", ["uniform_pool", "dynamic_router"])
+def test_full_vocab_reverse_kl_to_the_pool_mixture_and_the_dynamic_teacher(demo_models, tmp_path, method):
+    _, records = run_method(demo_models, tmp_path, [REPO / "configs" / "methods" / f"{method}.yaml"],
+                            ["method.loss.kind=full_vocab_reverse_kl"])
+    assert [r["step"] for r in records] == [0, 1, 2]
+    for record in records:
+        kls = [record[f"kl_full/{d}"] for d in DOMAINS if f"kl_full/{d}" in record]
+        assert kls and all(math.isfinite(k) and k > 0 for k in kls) and math.isfinite(record["loss"])
 
-    tokenizer = PromptTokenizer.from_pretrained(demo_models / "student")
-    prompts = PromptSet.load(sample_file("student/train_3domain.jsonl"), tokenizer, domains=list(DOMAINS),
-                             max_prompt_tokens=1024, model_vocab=1024)
-    response = tokenizer.tokenizer("The answer is 4.<|im_end|>", add_special_tokens=False)["input_ids"]
-    bank = InjectionBank({prompt_key(p.prompt_ids): BankEntry(p.domain, f"{p.domain}_teacher", tuple(response),
-                                                              torch.full((len(response),), -0.5))
-                          for p in prompts.prompts})
-    bank.save(tmp_path / "bank.pt")
+
+def test_annealed_injection_replaces_one_response_per_covered_group(demo_models, tmp_path):
+    bank = demo_bank(demo_models, tmp_path / "bank.pt")
     _, records = run_method(demo_models, tmp_path, [REPO / "configs" / "methods" / "annealed_injection.yaml"],
-                            [f"method.injection.bank={tmp_path / 'bank.pt'}", "method.injection.anneal_updates=2"])
+                            [f"method.injection.bank={bank}", "method.injection.anneal_updates=2"])
     assert [r["injection/constant"] for r in records] == pytest.approx([1.0, 0.5, 0.0])
     assert [r["injection/samples"] for r in records] == [3.0, 3.0, 0.0]  # one per prompt group, none once c = 0
 

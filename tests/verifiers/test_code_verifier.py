@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dnmopd.verifiers.code import CodeJudge, extract_program, judge, paper_program, parse_label
+from dnmopd.verifiers.code import CodeJudge, extract_program, paper_program, parse_label
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TASKS = [json.loads(line) for line in
@@ -271,7 +271,3 @@ def test_the_queue_is_bounded():
         assert first.result() is False
         assert third_submitted.wait(timeout=30) and second.result() is False
 
-
-def test_module_level_judge_uses_the_default_pool():
-    row = SAMPLE_TASKS[-1]
-    assert judge(fenced(SOLUTIONS[key(row)]), row["label"]) is True

@@ -8,7 +8,7 @@ import time
 import psutil
 import pytest
 
-from dnmopd.verifiers import verify
+from dnmopd.verifiers import Verifiers
 from dnmopd.verifiers.math import MathVerifier, last_boxed
 
 PAIRS = [  # (response, label, correct?)
@@ -172,22 +172,27 @@ def test_config_validation():
 
 
 def test_dispatch_by_domain():
-    assert verify("MATH", "\\boxed{\\frac{1}{2}}", "0.5") is True
-    assert verify("math", "\\boxed{3}", "2") is False
-    assert verify("ifeval", "HELLO<|im_end|>", '[{"type": "all_caps"}]') is True
-    assert verify("IFEval", "hello", '[{"type": "all_caps"}]') is False
-    with pytest.raises(KeyError):
-        verify("ifeval", "x", '[{"type": "nope"}]')
+    with Verifiers(domains=("math", "ifeval")) as verifiers:
+        verify = verifiers.verify
+        assert verify("MATH", "\\boxed{\\frac{1}{2}}", "0.5") is True
+        assert verify("math", "\\boxed{3}", "2") is False
+        assert verify("ifeval", "HELLO<|im_end|>", '[{"type": "all_caps"}]') is True
+        assert verify("IFEval", "hello", '[{"type": "all_caps"}]') is False
+        with pytest.raises(KeyError):
+            verify("ifeval", "x", '[{"type": "nope"}]')
+        with pytest.raises(ValueError, match="no verifier for domain 'physics'"):
+            verify("physics", "x", "y")
     with pytest.raises(ValueError, match="no verifier for domain 'physics'"):
-        verify("physics", "x", "y")
+        Verifiers(domains=("physics",))
 
 
 def test_dispatch_to_the_code_judge():
     code = pytest.importorskip("dnmopd.verifiers.code")
     label = '{"inputs": ["2 3\\n"], "outputs": ["5\\n"]}'
     good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
-    assert verify("code", good, label) is code.judge(good, label) is True
-    assert verify("code", good.replace("a + b", "a * b"), label) is False
+    with Verifiers(domains=("code",)) as verifiers, code.CodeJudge() as judge:
+        assert verifiers.verify("code", good, label) is judge.judge(good, label) is True
+        assert verifiers.verify("code", good.replace("a + b", "a * b"), label) is False
 
 
 def test_a_worker_that_fails_to_start_frees_its_slot(monkeypatch):

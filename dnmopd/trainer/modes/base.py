@@ -1,45 +1,81 @@
-"""What a run mode contributes to the shared update loop (`Trainer`): the batch of one update and its loss.
+"""What a run mode contributes to the shared update loop: its batch, its preparation, its loss, its metrics.
 
     opd   on-policy distillation: rollout, teacher scoring, DN multipliers, clipped OPD loss (or full-vocab KL)
     grpo  RL of a domain teacher: rollout, verifier rewards, group-normalized advantages, clipped PPO loss
     sft   SeqKD-SFT: teacher answers, token-mean cross-entropy
 
-A mode produces the batch on each model-parallel group's leader; the trainer broadcasts it, computes the
-global response count and runs the optimizer steps with the mode's objective.
+A mode sees the run only through its `ModeContext` (`dnmopd.trainer.context`). Per update the loop calls
+
+    collect(update)                  -> Collected: this rank's batch (model-parallel leaders; None elsewhere)
+                                        and its unreduced metrics. May run in a background thread, overlapped
+                                        with the previous update's training (train.rollout_ahead 1): it may use
+                                        only the context's collection services, and the state it changes
+                                        (sampler position, filters) must be its own.
+    prepare(batch, update, staleness) fills what the loss needs once the batch is on every model-parallel rank
+                                        (multipliers, advantages, old log-probs; collectives allowed); returns
+                                        metrics. `staleness` is 0 for an on-policy batch, 1 for one collected
+                                        ahead (see `objectives.ratio_reference`).
+    objective(counts)                -> the per-micro-batch loss of one optimizer step (`objectives`).
+
+Metrics are this rank's `{name: value}` dicts, reduced by name by the loop; every name a mode reports is
+declared in its `metrics` table (`metric_table`). A new mode is one file: a subclass, named in `mode_class`
+below and in `config.RUN_MODES`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-
-import torch
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.collectives import all_reduce_sum
+from dnmopd.trainer.metric_table import MetricTable
+
+
+@dataclass
+class Collected:
+    """One update's batch as a rank collected it."""
+
+    batch: TrainBatch | None
+    """The batch on model-parallel leaders; None elsewhere."""
+    metrics: dict = field(default_factory=dict)
+    """This rank's metrics of the collection (not yet reduced)."""
+    phases: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Wall-clock (start, end) of the collection's phases (rollout, scoring, wait), time.time() seconds."""
+    policy_version: int = 0
+    """Optimizer updates behind the weights that generated the batch (stamped by the rollout pipeline)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepCounts:
+    """Sizes of one optimizer step's slice of the batch, over all data-parallel ranks."""
+
+    responses: int
+    tokens: int
+    """Loss tokens (response tokens of valid samples)."""
 
 
 class Mode(ABC):
-    uses_rollout: bool = True
-    """Whether the mode samples from the student (and so needs weight sync to a rollout engine)."""
+    uses_rollout: ClassVar[bool] = True
+    """Whether the mode samples from the student (and so needs a rollout engine and weight syncs)."""
+    metrics: ClassVar[MetricTable] = MetricTable()
+    """The metrics only this mode reports (the loop's, the collector's and the objectives' are declared there)."""
 
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.config = trainer.config
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.config = ctx.config
 
     @abstractmethod
-    def collect(self, update: int) -> tuple[TrainBatch | None, dict[str, float]]:
-        """This rank's batch on model-parallel leaders (None elsewhere) and metrics already summed over
-        data-parallel ranks. Every rank calls it (metrics reductions are collective)."""
+    def collect(self, update: int) -> Collected:
+        """This rank's batch of update `update` (every rank calls it)."""
 
-    def prepare(self, batch: TrainBatch) -> dict[str, float]:
-        """Fill what the loss needs once the batch is on every model-parallel rank (weights, advantages,
-        old log-probs); returns metrics. Every rank calls it."""
+    def prepare(self, batch: TrainBatch, update: int, staleness: int) -> dict:
+        """Fill what the loss needs (every rank calls it, after the batch broadcast); returns metrics."""
         return {}
 
     @abstractmethod
-    def objective(self, num_responses: int, num_tokens: int):
-        """The per-micro-batch loss (see `objectives`) of an optimizer step over `num_responses` responses with
-        `num_tokens` loss tokens, both counted over all data-parallel ranks."""
+    def objective(self, counts: StepCounts):
+        """The per-micro-batch loss of one optimizer step over `counts` (global) responses and tokens."""
 
     def state_dict(self) -> dict:
         return {}
@@ -51,6 +87,10 @@ class Mode(ABC):
         return None
 
 
-def counts_over(values: list[float], group) -> torch.Tensor:
-    """Sum per-rank counts over a process group (float64, on the CPU)."""
-    return all_reduce_sum(torch.tensor(values, dtype=torch.float64), group)
+def mode_class(name: str) -> type[Mode]:
+    """The Mode subclass of `run.mode`."""
+    from dnmopd.trainer.modes.grpo import GRPOMode
+    from dnmopd.trainer.modes.opd import OPDMode
+    from dnmopd.trainer.modes.sft import SFTMode
+
+    return {"opd": OPDMode, "grpo": GRPOMode, "sft": SFTMode}[name]

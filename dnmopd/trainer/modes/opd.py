@@ -1,8 +1,12 @@
 """On-policy distillation: rollout -> teacher scoring -> targets (routing) -> DN multipliers -> OPD loss.
 
 With annealed injection, one response of each prompt group found in the injection bank (the first one the
-verifier judged wrong, else the first) is replaced by the teacher's trajectory, whose every token then takes
-the constant advantage c(t) = c0 * max(0, 1 - t / A) through the same clipped loss.
+verifier judged wrong or could not judge, else the first) is replaced by the teacher's trajectory, whose
+every token then takes the constant advantage c(t) = c0 * max(0, 1 - t / A) through the same clipped loss.
+
+With `method.loss.kind: full_vocab_reverse_kl` each response distills from its routed teacher's whole
+distribution (label, single, and dynamic routing's per-response teacher) or, for pool routing, from the
+uniform mixture of all teachers' distributions; in-process teachers return the hidden states it needs.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ from dnmopd.core import inject_constant_advantages, injection_constant, select_i
 from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
 from dnmopd.student.weights import SafetensorsFolder
 from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.collectives import all_reduce_sum
-from dnmopd.trainer.experience import ExperienceCollector, Sample, rollout_counts
+from dnmopd.trainer.experience import Sample
 from dnmopd.trainer.injection_bank import InjectionBank
 from dnmopd.trainer.method import Method
-from dnmopd.trainer.modes.base import Mode, counts_over
-from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL
+from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.modes.base import Collected, Mode, StepCounts
+from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL, ratio_reference
 
 OUTPUT_WEIGHT_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+POOL = -1
+"""`TrainBatch.teacher_index` of a response distilled from the uniform mixture of all teachers."""
 
 
 def teacher_output_weight(model_path: str) -> torch.Tensor:
@@ -35,59 +41,54 @@ def teacher_output_weight(model_path: str) -> torch.Tensor:
 
 
 class OPDMode(Mode):
-    def __init__(self, trainer):
-        super().__init__(trainer)
+    metrics = MetricTable(
+        ("dn/global_std", "global", "sigma_all: population std of r = log p_teacher - log p_rollout over the "
+                                    "batch's valid sampled tokens, all domains pooled."),
+        ("dn/global_tokens", "global", "Tokens behind sigma_all."),
+        ("dn/{domain}/tokens", "global", "The domain's tokens behind sigma_d."),
+        ("dn/{domain}/std", "global", "sigma_d: population std of r over the domain's tokens."),
+        ("dn/{domain}/raw_factor", "global", "sigma_all / sigma_d before clipping (1 when undefined)."),
+        ("dn/{domain}/factor", "global", "clip(sigma_all / sigma_d, bounds): the DN multiplier measured."),
+        ("dn/{domain}/applied", "global", "The multiplier applied to the domain's advantages (method.normalizer "
+                                          "mode: measured, 1 when observing, constant when fixed or frozen)."),
+        ("dn/{domain}/clipped", "global", "1 when the raw factor lay outside the bounds."),
+        ("kl/all", "global", "Sampled-token reverse KL estimate E_rollout[log q - log p_teacher] = -mean(r), "
+                             "all domains."),
+        ("kl/{domain}", "global", "Sampled-token reverse KL estimate of the domain."),
+        ("injection/samples", "sum", "Responses replaced by an injected teacher trajectory."),
+        ("injection/constant", "global", "c(t), the constant advantage of injected trajectories this update."),
+    )
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
         method = self.config.method
         self.method = Method(method, self.config.data.domains)
         self.full_vocab = method.loss.kind == "full_vocab_reverse_kl"
         self.bank = InjectionBank.load(method.injection.bank) if method.injection else None
-        self.teachers = trainer.build_teachers(return_hidden_states=self.full_vocab) if trainer.is_leader else {}
+        self.teacher_names = self.config.teachers.names()
         # the full-vocab loss needs every teacher's LM head on every rank of the last pipeline stage
         self.teacher_heads = [teacher_output_weight(m.config.model_path) for m in self.config.teachers.models] \
-            if self.full_vocab and trainer.student.is_last_stage else []
-        self.collector = None
-        if trainer.is_leader:
-            self.collector = ExperienceCollector(
-                trainer.rollout_engine, self.config.teachers.fleet.build(self.teachers),
-                sampling=self.config.rollout.sampling, samples_per_prompt=self.config.data.samples_per_prompt,
-                teachers_for=self.method.teachers_needed, return_hidden_states=self.full_vocab,
-                **trainer.verification())
+            if self.full_vocab and ctx.layout.is_last_stage else []
+        self.experience = ctx.experience(teachers_for=self.method.teachers_needed, hidden_states=self.full_vocab,
+                                         verify=self.config.rollout.verify)
 
     # ----------------------------------------------------------------------------------------- the batch
-    def collect(self, update: int) -> tuple[TrainBatch | None, dict[str, float]]:
-        trainer = self.trainer
-        names = self.config.teachers.names()
-        batch, counts = None, [0.0] * (5 + 3 * len(names))
-        if trainer.is_leader:
-            prompts = trainer.next_prompts()
-            experience = self.collector.collect(prompts, seed_offset=trainer.seed_offset(update, len(prompts)))
-            samples = experience.samples
-            injected = self._inject(samples, update) if self.bank is not None else []
-            batch = self._batch(samples, injected)
-            counts = [*rollout_counts(samples, experience.rollout_seconds), len(injected),
-                      *(experience.teacher_failures.get(name, 0) for name in names),
-                      *(sum(experience.teacher_seconds.get(name, [])) for name in names),
-                      *(len(experience.teacher_seconds.get(name, [])) for name in names)]
-        else:
-            trainer.next_prompts()  # keep every rank's sampler at the same position
-        totals = counts_over(counts, trainer.dims.dp_group)
-        metrics = trainer.rollout_metrics(totals[:4])
+    def collect(self, update: int) -> Collected:
+        prompts = self.ctx.next_prompts()  # every rank: the sampler stays at the same position everywhere
+        if self.experience is None:
+            return Collected(None)
+        experience = self.experience.collect(prompts, seed_offset=self.ctx.seed_offset(update, len(prompts)))
+        samples = experience.samples
+        injected = self._inject(samples, update) if self.bank is not None else []
+        metrics = experience.metrics()
         if self.bank is not None:
-            metrics["injection/samples"] = totals[4].item()
-            metrics["injection/constant"] = injection_constant(update, self.config.method.injection.initial,
-                                                               self.config.method.injection.anneal_updates)
-        k = len(names)
-        for i, name in enumerate(names):
-            metrics[f"teacher/{name}/failures"] = totals[5 + i].item()
-            if totals[5 + 2 * k + i] > 0:  # mean seconds per scoring request, retries included
-                metrics[f"teacher/{name}/latency_s"] = (totals[5 + k + i] / totals[5 + 2 * k + i]).item()
-        if self.config.rollout.verify:
-            metrics.update(trainer.accuracy_metrics(samples if trainer.is_leader else None))
-        return batch, metrics
+            metrics["injection/samples"] = float(len(injected))
+            metrics["injection/constant"] = self._injection_constant(update)
+        return Collected(self._batch(samples, injected), metrics, experience.phases)
 
     def _batch(self, samples: list[Sample], injected: list[int]) -> TrainBatch:
         lengths = [len(s.response_ids) for s in samples]
-        targets, _ = self.method.targets([s.domain for s in samples], [s.scores for s in samples], lengths)
+        targets, applied = self.method.targets([s.domain for s in samples], [s.scores for s in samples], lengths)
         batch = TrainBatch.from_rows([s.prompt.prompt_ids for s in samples], [s.response_ids for s in samples],
                                      [s.rollout_logp for s in samples], targets,
                                      [self.method.domain_index(s.domain) for s in samples])
@@ -95,25 +96,36 @@ class OPDMode(Mode):
             batch.injected = torch.zeros(batch.size, dtype=torch.bool)
             batch.injected[injected] = True
         if self.full_vocab:
-            self._attach_teacher_hidden(batch, samples)
+            self._attach_teacher_hidden(batch, samples, applied)
         return batch
 
-    def _attach_teacher_hidden(self, batch: TrainBatch, samples: list[Sample]) -> None:
-        names = self.config.teachers.names()
-        width = next(h for s in samples for h in s.hidden_states.values()).shape[-1]
-        batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, width)
+    def _attach_teacher_hidden(self, batch: TrainBatch, samples: list[Sample], applied: list[str | None]) -> None:
+        """Each response's target teacher (`teacher_index`) and the hidden states its loss needs: the applied
+        teacher's, or every teacher's side by side for the pool mixture. Masked responses keep zeros."""
+        widths = {h.shape[-1] for s in samples for h in s.hidden_states.values()}
+        if len(widths) > 1:
+            raise ValueError(f"full_vocab_reverse_kl: teachers' hidden sizes differ ({sorted(widths)})")
+        width = widths.pop() if widths else 1
+        slots = len(self.teacher_names) if self.method.config.routing.mode == "pool" else 1
+        batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, slots * width)
         batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
-        for i, sample in enumerate(samples):
-            name = self.method.teachers_needed(sample.domain)[0]
-            if name in sample.hidden_states:
-                batch.teacher_hidden[i, : len(sample.response_ids)] = sample.hidden_states[name].float()
-                batch.teacher_index[i] = names.index(name)
+        for i, (sample, name) in enumerate(zip(samples, applied, strict=True)):
+            if name is None:  # a teacher failed: the sample is masked
+                continue
+            length = len(sample.response_ids)
+            names = self.teacher_names if name == "pool" else [name]
+            for slot, teacher in enumerate(names):
+                batch.teacher_hidden[i, :length, slot * width: (slot + 1) * width] = \
+                    sample.hidden_states[teacher].float()
+            batch.teacher_index[i] = POOL if name == "pool" else self.teacher_names.index(name)
+
+    def _injection_constant(self, update: int) -> float:
+        injection = self.config.method.injection
+        return injection_constant(update, injection.initial, injection.anneal_updates)
 
     def _inject(self, samples: list[Sample], update: int) -> list[int]:
         """Replace one response per covered prompt group by the bank's teacher trajectory; returns the rows."""
-        injection = self.config.method.injection
-        constant = injection_constant(update, injection.initial, injection.anneal_updates)
-        if constant <= 0:
+        if self._injection_constant(update) <= 0:
             return []
         n = self.config.data.samples_per_prompt
         rows = []
@@ -125,7 +137,7 @@ class OPDMode(Mode):
             if entry.domain != group[0].domain:
                 raise ValueError(f"injection bank entry for prompt {group[0].prompt.index} has domain "
                                  f"{entry.domain!r}, the prompt {group[0].domain!r}")
-            row = start + select_injection([s.verdict for s in group])
+            row = start + select_injection([s.verdict is True for s in group])  # no verdict counts as wrong
             sample = samples[row]
             samples[row] = dataclasses.replace(
                 sample, response_ids=list(entry.response_ids), rollout_logp=entry.teacher_logp.clone(),
@@ -135,19 +147,13 @@ class OPDMode(Mode):
         return rows
 
     # ----------------------------------------------------------------------------------------- the loss
-    def prepare(self, batch: TrainBatch) -> dict[str, float]:
-        trainer = self.trainer
-        stats = all_reduce_sum(batch_statistics(batch.target_logp - batch.rollout_logp, batch.dn_mask,
-                                                batch.domain_ids, len(self.method.domains)), trainer.dims.dp_group)
+    def prepare(self, batch: TrainBatch, update: int, staleness: int) -> dict:
+        stats = self.ctx.sum_over_dp(batch_statistics(batch.target_logp - batch.rollout_logp, batch.dn_mask,
+                                                      batch.domain_ids, len(self.method.domains)))
         weights, diagnostics = self.method.normalizer.from_statistics(stats)
         batch.weights = torch.tensor(weights, dtype=torch.float32)[batch.domain_ids]
-        if batch.injected is not None:
-            constant = injection_constant(trainer.update, self.config.method.injection.initial,
-                                          self.config.method.injection.anneal_updates)
-            batch.old_logp = trainer.logp(batch)
-            advantages = (batch.target_logp - batch.old_logp) * batch.response_mask
-            advantages[batch.injected] = inject_constant_advantages(advantages[batch.injected], constant)
-            batch.advantages = advantages
+        if not self.full_vocab:  # the full-vocab KL is exact at every position: no ratio, no old log-probs
+            self._advantages(batch, update, staleness)
         metrics = diagnostics.to_metrics()
         for i, domain in enumerate(self.method.domains):
             if stats[TOKENS, i] > 0:  # sampled-token reverse KL E_rollout[log q - log p_teacher] = -mean(r)
@@ -155,16 +161,28 @@ class OPDMode(Mode):
         metrics["kl/all"] = float(-stats[SUM].sum() / stats[TOKENS].sum().clamp(min=1))
         return metrics
 
-    def objective(self, num_responses: int, num_tokens: int):
-        trainer, loss = self.trainer, self.config.method.loss
-        chunk = self.config.train.logit_chunk_tokens
+    def _advantages(self, batch: TrainBatch, update: int, staleness: int) -> None:
+        """A = w_d (log p_teacher - log pi_theta0) with pi_theta0 the current weights' log-probs, computed once
+        when the ratio can leave 1 (several steps, an older batch) or when rows take constants (injection);
+        otherwise the kernel uses each step's own detached log-probs, which are pi_theta0 in a single step."""
+        steps = self.config.train.optimizer_steps_per_update
+        if staleness == 0 and steps == 1 and batch.injected is None:
+            return
+        current = self.ctx.logp(batch)
+        advantages = (batch.target_logp - current) * batch.loss_mask
+        if batch.injected is not None:
+            advantages[batch.injected] = inject_constant_advantages(advantages[batch.injected],
+                                                                    self._injection_constant(update))
+        batch.advantages = advantages
+        batch.old_logp = ratio_reference(batch, staleness, current)
+
+    def objective(self, counts: StepCounts):
         if self.full_vocab:
-            return FullVocabReverseKL(trainer.output_chunk, trainer.dims.pg.tp, self.teacher_heads,
-                                      num_responses=num_responses,
-                                      num_domains=len(self.method.domains), chunk_size=chunk)
-        return ClippedSurrogate(trainer.output_chunk, trainer.dims.pg.tp, num_responses=num_responses,
-                                eps_low=loss.eps_low, eps_high=loss.eps_high, dual_clip=loss.dual_clip,
-                                chunk_size=chunk)
+            return FullVocabReverseKL(self.ctx.head, self.teacher_heads, num_responses=counts.responses,
+                                      domains=self.method.domains)
+        loss = self.config.method.loss
+        return ClippedSurrogate(self.ctx.head, num_responses=counts.responses, eps_low=loss.eps_low,
+                                eps_high=loss.eps_high, dual_clip=loss.dual_clip)
 
     def state_dict(self) -> dict:
         return {"method": self.method.state_dict()}

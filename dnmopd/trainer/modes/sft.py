@@ -14,28 +14,27 @@ import json
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from dnmopd.data.io import write_jsonl
 from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.modes.base import Mode, counts_over
+from dnmopd.trainer.metric_table import Mean
+from dnmopd.trainer.modes.base import Collected, Mode, StepCounts
 from dnmopd.trainer.objectives import TokenCrossEntropy
 
 
-def generate_answers(trainer, output: Path) -> None:
+def generate_answers(config, prompts, tokenizer, output: Path) -> None:
     """Every prompt answered once by its label-routed in-process teacher; rows written atomically to `output`."""
     from dnmopd.rollout.base import SamplingParams
     from dnmopd.trainer.teacher_answers import teacher_answers
 
-    config = trainer.config
     sampling = SamplingParams(temperature=1.0, max_new_tokens=config.sft.max_response_tokens, seed=config.sft.seed)
     purpose = "SeqKD generation (for server-backed teachers, generate the answers there and pass them as sft.data)"
     rows = []
-    for teacher_config, _, answers in teacher_answers(config, trainer.prompts.prompts, sampling, purpose=purpose):
+    for teacher_config, _, answers in teacher_answers(config, prompts.prompts, sampling, purpose=purpose):
         for prompt, rollout in answers:
             rows.append({"idx": prompt.index, "prompt": prompt.row["prompt"], "label": prompt.label,
                          "domain": prompt.domain, "prompt_ids": list(prompt.prompt_ids),
-                         "response": trainer.tokenizer.tokenizer.decode(rollout.response_ids),
+                         "response": tokenizer.tokenizer.decode(rollout.response_ids),
                          "response_ids": rollout.response_ids, "finish_reason": rollout.finish_reason,
                          "teacher": teacher_config.name})
     write_jsonl(output, sorted(rows, key=lambda row: row["idx"]))
@@ -65,36 +64,31 @@ def load_answers(path: Path, end_id: int, strip_ids: set[int], max_tokens: int) 
 class SFTMode(Mode):
     uses_rollout = False
 
-    def __init__(self, trainer):
-        super().__init__(trainer)
-        path = self.config.sft.data or trainer.run_dir / "seqkd.jsonl"
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        path = self.config.sft.data or ctx.run_dir / "seqkd.jsonl"
         if not path.exists():
-            if trainer.rank == 0:
-                generate_answers(trainer, path)
-            dist.barrier()
-        tokenizer = trainer.tokenizer.tokenizer
+            ctx.run_once(lambda: generate_answers(self.config, ctx.prompts, ctx.tokenizer, path))
+        tokenizer = ctx.tokenizer.tokenizer
         end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
         strip = {end_id, tokenizer.convert_tokens_to_ids("<|endoftext|>"), tokenizer.eos_token_id} - {None}
         self.rows = load_answers(path, end_id, strip, self.config.sft.max_response_tokens)
-        self.sampler = self.config.data.sampler.build(num_prompts=len(self.rows), dp_rank=trainer.dp_rank,
-                                                      dp_size=trainer.dp_size)
+        self.sampler = self.config.data.sampler.build(num_prompts=len(self.rows), dp_rank=ctx.layout.dp_rank,
+                                                      dp_size=ctx.layout.dp_size)
 
-    def collect(self, update: int) -> tuple[TrainBatch | None, dict[str, float]]:
-        trainer = self.trainer
+    def collect(self, update: int) -> Collected:
         rows = [self.rows[i] for i in self.sampler.next_batch().indices]
+        if not self.ctx.layout.is_leader:
+            return Collected(None)
         domains = self.config.data.domains
-        batch = TrainBatch.from_rows([r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
-                                     [torch.zeros(len(r["response_ids"])) for r in rows],
-                                     [torch.zeros(len(r["response_ids"])) for r in rows],
-                                     [domains.index(r["domain"]) for r in rows]) if trainer.is_leader else None
-        tokens = sum(len(r["response_ids"]) for r in rows) if trainer.is_leader else 0
-        totals = counts_over([len(rows) if trainer.is_leader else 0, tokens], trainer.dims.dp_group)
-        return batch, {"response_tokens": totals[1].item(),
-                       "response_length/mean": (totals[1] / totals[0].clamp(min=1)).item()}
+        zeros = [torch.zeros(len(r["response_ids"])) for r in rows]
+        batch = TrainBatch.from_rows([r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows], zeros,
+                                     zeros, [domains.index(r["domain"]) for r in rows])
+        tokens = sum(len(r["response_ids"]) for r in rows)
+        return Collected(batch, {"response_tokens": float(tokens), "response_length/mean": Mean(tokens, len(rows))})
 
-    def objective(self, num_responses: int, num_tokens: int):
-        return TokenCrossEntropy(self.trainer.output_chunk, self.trainer.dims.pg.tp, num_tokens=max(num_tokens, 1),
-                                 chunk_size=self.config.train.logit_chunk_tokens)
+    def objective(self, counts: StepCounts):
+        return TokenCrossEntropy(self.ctx.head, num_tokens=max(counts.tokens, 1))
 
     def state_dict(self) -> dict:
         return {"sampler": self.sampler.state_dict()}
