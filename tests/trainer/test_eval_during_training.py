@@ -157,3 +157,30 @@ def test_bad_eval_options_name_the_option(demo_models, eval_data, tmp_path, over
     overrides = tiny_overrides(demo_models, tmp_path, updates=1) + eval_overrides(eval_data) + [override]
     with pytest.raises(Exception, match=message):
         load_config(TrainerConfig, [DEMO], overrides)
+
+
+def torchrun(processes, overrides, run_dir):
+    from distributed import free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
+               str(free_port()), str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(DEMO),
+               *[arg for o in overrides for arg in ("--set", o)]]
+    return subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600, cwd=run_dir)
+
+
+@pytest.mark.slow
+def test_data_parallel_ranks_wait_for_rank_0(demo_models, eval_data, tmp_path):
+    """Two data-parallel ranks: rank 0 evaluates while rank 1 waits; a start-up error on rank 0 stops both."""
+    dp = ["data.sampler.prompts_per_rollout=2"]
+    overrides = tiny_overrides(demo_models, tmp_path, updates=1) + eval_overrides(eval_data, ("ifbench",)) + dp
+    proc = torchrun(2, overrides, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = read_metrics(tmp_path)
+    assert record["eval_failures"] == 0.0 and 0 <= record["eval/ifbench"] <= 100
+    assert (tmp_path / "run" / "eval" / "1" / "ifbench" / "cap12" / "records.jsonl").is_file()
+
+    broken = tiny_overrides(demo_models, tmp_path, updates=1, name="broken") + eval_overrides(tmp_path / "missing") + dp
+    proc = torchrun(2, broken, tmp_path)
+    assert proc.returncode != 0
+    assert "eval.suites: ifbench:" in proc.stderr and "failed on rank 0" in proc.stderr  # rank 1 names it too
