@@ -183,6 +183,7 @@ class TrainingEvaluation:
         from dnmopd.eval.runner import generate_suite, grade_suite
 
         started = time.time()
+        logger.info("evaluating the weights after update %d", done)
         folder = self.run_dir / "eval" / str(done)
         if folder.exists():  # left by a run that stopped after this update: those answers are not these weights'
             logger.info("removing %s, an earlier evaluation of update %d", folder, done)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from distributed import free_port
 from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
 
 from dnmopd.config import load_config
@@ -132,7 +133,8 @@ def test_heldout_verdicts_are_the_verifiers(evaluated_run, demo_models):
     tokenizer = PromptTokenizer.from_pretrained(demo_models / "student")
     prompts = PromptSet.load(sample_file("student/train_3domain.jsonl"), tokenizer, domains=["math", "code", "ifeval"],
                              max_prompt_tokens=1024, model_vocab=1024)
-    rows = [json.loads(line) for line in (run_dir / "eval" / "2" / "heldout" / "records.jsonl").read_text().splitlines()]
+    records_file = run_dir / "eval" / "2" / "heldout" / "records.jsonl"
+    rows = [json.loads(line) for line in records_file.read_text().splitlines()]
     assert [r["index"] for r in rows] == [p.index for p in prompts.prompts[:3]] and all(r["n"] == 2 for r in rows)
     with Verifiers(domains={row["domain"] for row in rows}) as verifiers:
         verdicts = [verifiers.verify(row["domain"], text, prompts[i].label) is True
@@ -160,8 +162,6 @@ def test_bad_eval_options_name_the_option(demo_models, eval_data, tmp_path, over
 
 
 def torchrun(processes, overrides, run_dir):
-    from distributed import free_port
-
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
                str(free_port()), str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(DEMO),
                *[arg for o in overrides for arg in ("--set", o)]]
