@@ -7,6 +7,7 @@
     timeline.png      when each update's phases ran (wall clock): with train.rollout_ahead 1 the next
                       batch's rollout and scoring run during the current train
     training.png      loss, mean response length and throughput
+    eval.png          evaluation during training: eval/<suite> scores (and eval/heldout) by update
 
     python -m dnmopd.trainer.report RUN_DIR
 """
@@ -140,6 +141,8 @@ def draw_report(run_dir: str | Path) -> list[Path]:
                          "KL (nats/token)"),
              _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
                          "Reverse KL to the routed teacher (full vocabulary)", "KL (nats/token)"),
+             _plot_lines(records, out, "eval/", "eval.png", "Evaluation during training (weights after the update)",
+                         "score (%)"),
              _plot_phase_times(records, out), _plot_timeline(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 
