@@ -306,6 +306,7 @@ def main(argv=None) -> int:
 
     from dnmopd.data.io import atomic_write
     from dnmopd.student import init_distributed
+    from dnmopd.student.cpu_compat import cpu_compat
 
     mix = LengthMix.draw(args)
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "mix": mix.summary()}
@@ -323,21 +324,22 @@ def main(argv=None) -> int:
         work = [tempfile.mkdtemp(prefix="bench_student_") if rank0 else None]
         dist.broadcast_object_list(work, src=0)
         work = Path(work[0])
-        try:
-            student = build_student(args, work)
-            timed = LengthMix.draw(args, scale)
-            max_tokens = max(1, round(args.micro_batch_tokens * scale))
-            report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
-                                "real_tokens": timed.summary()["real_tokens"], "preset": args.preset,
-                                "layers": args.layers, "tensor": args.tensor, "pipeline": args.pipeline,
-                                "virtual_pipeline": args.virtual_pipeline,
-                                "device": str(next(student.chunks[0].parameters()).device),
-                                **time_student(args, timed.train_batch(1024, args.seed), student, max_tokens)}
-            student.dims.destroy()
-        finally:
-            dist.barrier()
-            if rank0:
-                shutil.rmtree(work, ignore_errors=True)
+        with cpu_compat():
+            try:
+                student = build_student(args, work)
+                timed = LengthMix.draw(args, scale)
+                max_tokens = max(1, round(args.micro_batch_tokens * scale))
+                report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
+                                    "real_tokens": timed.summary()["real_tokens"], "preset": args.preset,
+                                    "layers": args.layers, "tensor": args.tensor, "pipeline": args.pipeline,
+                                    "virtual_pipeline": args.virtual_pipeline,
+                                    "device": str(next(student.chunks[0].parameters()).device),
+                                    **time_student(args, timed.train_batch(1024, args.seed), student, max_tokens)}
+                student.dims.destroy()
+            finally:
+                dist.barrier()
+                if rank0:
+                    shutil.rmtree(work, ignore_errors=True)
         if rank0:
             t = report["timing"]
             print(f"\nForward+backward, TP {args.tensor} PP {args.pipeline} VPP {args.virtual_pipeline or 1}, "

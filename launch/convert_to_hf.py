@@ -9,9 +9,10 @@ Training checkpoint (megatron-core distributed checkpoint, saved at any TP/PP) -
 A run checkpoint (`iter_*`, holding `model/`) takes its training config and final metrics from its run
 directory unless --training-config / --metrics are given.
 
-Hugging Face folder -> training checkpoint (starts a run from a released model):
+Hugging Face folder -> student checkpoint (the megatron distributed checkpoint `Student.from_checkpoint` loads at
+any TP/PP; a training run itself starts from the Hugging Face folder, `student.hf_path`):
 
-    python launch/convert_to_hf.py --from-hf Qwen3.5-2B --output runs/x/checkpoints/init [--dtype bfloat16]
+    python launch/convert_to_hf.py --from-hf Qwen3.5-2B --output checkpoints/qwen3.5-2b [--dtype bfloat16]
 
 Runs as one process by default (the checkpoint is resharded to TP=PP=1 on load); under torchrun,
 ``--tensor``/``--pipeline`` split the model across the launched processes instead.
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path,
                         help="run checkpoint (iter_*, with model/) or student checkpoint folder (has student.json)")
-    source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a training checkpoint")
+    source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a student checkpoint")
     parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
     parser.add_argument("--base-model", type=Path, help="HF folder of the base model (default: the one recorded)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder with chat template (default: base model)")
@@ -112,17 +113,19 @@ def main(argv=None) -> int:
     import torch.distributed
 
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
+    from dnmopd.student.cpu_compat import cpu_compat
 
     init_distributed()
-    dims = ParallelDims.Config(tensor=args.tensor, pipeline=args.pipeline).build()
-    if args.from_hf:
-        print(f"loading {args.from_hf}", flush=True)
-        student = Student.from_hf(args.from_hf, dims, BuildOptions(dtype=args.dtype))
-        student.save_checkpoint(args.output)
-        print(f"saved training checkpoint {args.output}", flush=True)
-    else:
-        export(args, dims, card)
-    dims.destroy()
+    with cpu_compat():
+        dims = ParallelDims.Config(tensor=args.tensor, pipeline=args.pipeline).build()
+        if args.from_hf:
+            print(f"loading {args.from_hf}", flush=True)
+            student = Student.from_hf(args.from_hf, dims, BuildOptions(dtype=args.dtype))
+            student.save_checkpoint(args.output)
+            print(f"saved student checkpoint {args.output}", flush=True)
+        else:
+            export(args, dims, card)
+        dims.destroy()
     torch.distributed.destroy_process_group()
     return 0
 

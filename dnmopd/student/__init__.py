@@ -4,7 +4,7 @@ Modules (one job each):
 
 * ``arch``: the architecture read from an HF ``config.json`` (text-only or the Qwen3.5 VL layout);
 * ``parallel``: ``torch.distributed`` start-up and megatron's process groups (``ParallelDims``);
-* ``cpu_compat``: the switch that lets megatron-core run on CPU/gloo;
+* ``cpu_compat``: the context manager that lets megatron-core run on CPU/gloo inside it;
 * ``layers``, ``gated_delta_rule``, ``gated_delta_net``, ``specs``: the layers and their ModuleSpecs;
 * ``model``, ``build``: ``StudentModel`` (GPTModel returning hidden states) and the builder;
 * ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
@@ -29,7 +29,6 @@ _EXPORTS = {
     "StudentArch": "dnmopd.student.arch",
     "StudentModel": "dnmopd.student.model",
     "build_tiny_hf_checkpoint": "dnmopd.student.tiny",
-    "enable_cpu_compat": "dnmopd.student.cpu_compat",
     "init_distributed": "dnmopd.student.parallel",
 }
 
