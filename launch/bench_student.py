@@ -304,7 +304,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch.distributed as dist
 
-    from dnmopd.data.io import atomic_write
+    from dnmopd.io import atomic_write
     from dnmopd.student import init_distributed
     from dnmopd.student.cpu_compat import cpu_compat
 

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
+from dnmopd.io import atomic_directory
+
 STUDENT_SHARPNESS = 0.25
 SHARPNESS = {"math": 0.5, "code": 1.0, "ifeval": 2.0}
 MARKER = "complete.json"
@@ -52,19 +54,14 @@ def build_demo_models(root: str | Path) -> Path:
 
 def scaled_copy(source: Path, target: Path, sharpness: float) -> Path:
     """A copy of an untied HF checkpoint whose LM head (hence every logit) is multiplied by `sharpness`."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(source, tmp)
-    weights = tmp / "model.safetensors"
-    state = load_file(weights)
-    if "lm_head.weight" not in state:
-        raise ValueError(f"{source}: no untied lm_head.weight to scale")
-    state["lm_head.weight"] = state["lm_head.weight"] * sharpness
-    save_file(state, weights, metadata={"format": "pt"})
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    with atomic_directory(target) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        weights = tmp / "model.safetensors"
+        state = load_file(weights)
+        if "lm_head.weight" not in state:
+            raise ValueError(f"{source}: no untied lm_head.weight to scale")
+        state["lm_head.weight"] = state["lm_head.weight"] * sharpness
+        save_file(state, weights, metadata={"format": "pt"})
     return target
 
 

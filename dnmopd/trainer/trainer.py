@@ -31,7 +31,7 @@ import torch.distributed as dist
 
 from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
-from dnmopd.data.io import atomic_write
+from dnmopd.io import atomic_write
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint

@@ -1,4 +1,4 @@
-"""File helpers shared by the data modules: atomic writes, JSONL, hashing."""
+"""File helpers shared by the package: atomic writes of files and folders, JSONL, hashing."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,6 +31,25 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a folder under a temporary name next to ``path`` (the yielded path) and move it into place only on
+    success, replacing a folder already there; on any error the temporary folder is removed and ``path`` is
+    untouched. The folder gets the modes of new files and folders under the umask (``apply_default_modes``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        apply_default_modes(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
