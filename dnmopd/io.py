@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -97,3 +99,14 @@ def sha256_file(path: str | os.PathLike) -> str:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_byte_size(text: str) -> int:
+    """Bytes of a size such as ``5GB``, ``500MB`` or ``64KiB`` (an ``argparse`` type: a bad size is a usage error)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMG]?i?B)?", text.strip(), flags=re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"cannot parse size {text!r} (examples: 5GB, 500MB, 64KiB)")
+    return int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").lower()])

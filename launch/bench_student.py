@@ -159,7 +159,7 @@ def _draw_gamma(shape: float, scale: float, cap: float, count: int) -> list[int]
 # ------------------------------------------------------------------------------------------------ accounting
 def accounting(batch, max_tokens: int, pipelines: list[int]) -> list[dict]:
     """Tokens the model computes for `batch`, padded vs packed, at each pipeline size (no virtual stages)."""
-    from dnmopd.trainer.update import split_micro_batches
+    from dnmopd.trainer.forward_backward import split_micro_batches
 
     real = int(batch.sequence_lens.sum())
     rows = []
@@ -217,7 +217,7 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
     """Forward+backward of the whole batch, padded and packed alternately; medians, their ratio, peak memory."""
     import torch.distributed as dist
 
-    from dnmopd.trainer.update import StudentForward
+    from dnmopd.trainer.forward_backward import StudentForward
 
     device = next(student.chunks[0].parameters()).device
     direction = torch.randn(student.arch.hidden_size, generator=torch.Generator().manual_seed(1)).to(device)
@@ -276,8 +276,8 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
 
 def build_student(args, work: Path):
     """The random student (built by rank 0 into `work`, a folder every rank sees) at the timed layout."""
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
     from dnmopd.student import BuildOptions, ParallelDims, Student
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
 
     on_gpu = torch.cuda.is_available()
     dtype = args.dtype or ("bfloat16" if on_gpu else "float32")

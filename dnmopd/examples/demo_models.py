@@ -34,8 +34,8 @@ SPEC = {"arch": "qwen3_5", "vocab_size": 1024, "seed": 0, "num_layers": 4, "stud
 
 def build_demo_models(root: str | Path) -> Path:
     """Build (or reuse, when already built with the same spec) the demo's tokenizer, student and teachers."""
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     root = Path(root)
     marker = root / MARKER

@@ -13,12 +13,12 @@ import torch
 from dnmopd.trainer import trainer as trainer_module
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.experience import EXPERIENCE_METRICS
+from dnmopd.trainer.forward_backward import TokenView
 from dnmopd.trainer.metric_table import MetricTable
 from dnmopd.trainer.modes.base import Collected, Mode
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, TokenCrossEntropy
 from dnmopd.trainer.pipeline import RolloutPipeline
 from dnmopd.trainer.progress import ProgressDisplay
-from dnmopd.trainer.update import TokenView
 
 VOCAB, HIDDEN = 11, 4
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from dnmopd.hf.model_card import hub_id_from_path
+from dnmopd.hf.release import ShardWriter
 from dnmopd.io import atomic_directory
-from dnmopd.student.model_card import hub_id_from_path
-from dnmopd.student.release import ShardWriter
 from dnmopd.student.weights import SafetensorsFolder
 
 METHODS = ("average", "task_arithmetic")

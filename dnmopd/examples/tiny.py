@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from dnmopd.hf.config import engine_config, generation_config
 from dnmopd.io import atomic_directory
-from dnmopd.student.hf_config import engine_config, generation_config
 
 _MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json")
 
@@ -161,7 +161,7 @@ def build_tiny_hf_checkpoint(
     ``overrides`` replaces text-config fields (e.g. ``{"hidden_size": 128}``). ``tokenizer_dir`` (optional)
     is an HF tokenizer folder whose files are copied in; its end-of-text/pad ids go into the configs. The
     folder is written atomically (temporary sibling folder, then rename); an existing ``out_dir`` is replaced.
-    ``config.json`` carries what engines read besides transformers (``hf_config.engine_config``).
+    ``config.json`` carries what engines read besides transformers (``dnmopd.hf.config.engine_config``).
     """
     out_dir = Path(out_dir)
     text = _text_config(arch, vocab_size, tie_word_embeddings, num_layers, dict(overrides or {}))

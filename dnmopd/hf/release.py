@@ -1,7 +1,7 @@
 """Hugging Face release folder from the student: the model as the original architecture, ready to serve.
 
 Contents: safetensors shards (+ index when more than one), the original ``config.json`` completed for every
-engine (``hf_config.engine_config``; for the Qwen3.5 VL layout with its vision tower and MTP tensors copied
+engine (``dnmopd.hf.config.engine_config``; for the Qwen3.5 VL layout with its vision tower and MTP tensors copied
 unchanged from the base model), ``generation_config.json`` (the base model's, checked against the config and
 the tokenizer, or derived from them), the tokenizer files with the chat template, and a Hub model card
 (``README.md``, see ``model_card``). The folder is written under a temporary name, reloaded with
@@ -20,9 +20,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from dnmopd.hf.config import engine_config, generation_config
+from dnmopd.hf.model_card import CardConfig, Export, model_card, run_facts
 from dnmopd.io import atomic_directory
-from dnmopd.student.hf_config import engine_config, generation_config
-from dnmopd.student.model_card import CardConfig, Export, model_card, run_facts
 from dnmopd.student.weights import PASSTHROUGH_PREFIXES, SafetensorsFolder
 
 _MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", "README.md"}
