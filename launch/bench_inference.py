@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
+from dnmopd.hf.models import config_vocab_size
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.servers import ServerProcess, ServerSpec
 from dnmopd.teachers.base import ScoreRequest, TeacherScorer
-from dnmopd.teachers.hf_model import config_vocab_size
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
