@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
-SOURCES := $(shell find dnmopd kernels native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
+SOURCES := $(shell find dnmopd native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
 
 .PHONY: venv demo test lint clean vllm-env sglang-env
 

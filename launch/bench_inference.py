@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
+from dnmopd.hf.models import config_vocab_size
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.servers import ServerProcess, ServerSpec
 from dnmopd.teachers.base import ScoreRequest, TeacherScorer
-from dnmopd.teachers.hf_model import config_vocab_size
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
@@ -64,8 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def build_tiny_model(out_dir: Path) -> Path:
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(out_dir / "tokenizer", flavor="qwen3", vocab_size=1024)
     return build_tiny_hf_checkpoint(out_dir / "model", arch="qwen3", vocab_size=1024, num_layers=2,

@@ -55,9 +55,9 @@ def pin(pid: int, cpu: int) -> None:
 
 
 def build_models(root: Path, layers: int, hidden: int) -> Path:
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
     from dnmopd.examples.demo_models import scaled_copy
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor="qwen3", vocab_size=1024)
     base = build_tiny_hf_checkpoint(root / "base", arch="qwen3", vocab_size=1024, num_layers=layers,

@@ -159,7 +159,7 @@ def _draw_gamma(shape: float, scale: float, cap: float, count: int) -> list[int]
 # ------------------------------------------------------------------------------------------------ accounting
 def accounting(batch, max_tokens: int, pipelines: list[int]) -> list[dict]:
     """Tokens the model computes for `batch`, padded vs packed, at each pipeline size (no virtual stages)."""
-    from dnmopd.trainer.update import split_micro_batches
+    from dnmopd.trainer.forward_backward import split_micro_batches
 
     real = int(batch.sequence_lens.sum())
     rows = []
@@ -217,7 +217,7 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
     """Forward+backward of the whole batch, padded and packed alternately; medians, their ratio, peak memory."""
     import torch.distributed as dist
 
-    from dnmopd.trainer.update import StudentForward
+    from dnmopd.trainer.forward_backward import StudentForward
 
     device = next(student.chunks[0].parameters()).device
     direction = torch.randn(student.arch.hidden_size, generator=torch.Generator().manual_seed(1)).to(device)
@@ -276,8 +276,8 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
 
 def build_student(args, work: Path):
     """The random student (built by rank 0 into `work`, a folder every rank sees) at the timed layout."""
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
     from dnmopd.student import BuildOptions, ParallelDims, Student
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
 
     on_gpu = torch.cuda.is_available()
     dtype = args.dtype or ("bfloat16" if on_gpu else "float32")
@@ -304,8 +304,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch.distributed as dist
 
-    from dnmopd.data.io import atomic_write
+    from dnmopd.io import atomic_write
     from dnmopd.student import init_distributed
+    from dnmopd.student.cpu_compat import cpu_compat
 
     mix = LengthMix.draw(args)
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "mix": mix.summary()}
@@ -323,21 +324,22 @@ def main(argv=None) -> int:
         work = [tempfile.mkdtemp(prefix="bench_student_") if rank0 else None]
         dist.broadcast_object_list(work, src=0)
         work = Path(work[0])
-        try:
-            student = build_student(args, work)
-            timed = LengthMix.draw(args, scale)
-            max_tokens = max(1, round(args.micro_batch_tokens * scale))
-            report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
-                                "real_tokens": timed.summary()["real_tokens"], "preset": args.preset,
-                                "layers": args.layers, "tensor": args.tensor, "pipeline": args.pipeline,
-                                "virtual_pipeline": args.virtual_pipeline,
-                                "device": str(next(student.chunks[0].parameters()).device),
-                                **time_student(args, timed.train_batch(1024, args.seed), student, max_tokens)}
-            student.dims.destroy()
-        finally:
-            dist.barrier()
-            if rank0:
-                shutil.rmtree(work, ignore_errors=True)
+        with cpu_compat():
+            try:
+                student = build_student(args, work)
+                timed = LengthMix.draw(args, scale)
+                max_tokens = max(1, round(args.micro_batch_tokens * scale))
+                report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
+                                    "real_tokens": timed.summary()["real_tokens"], "preset": args.preset,
+                                    "layers": args.layers, "tensor": args.tensor, "pipeline": args.pipeline,
+                                    "virtual_pipeline": args.virtual_pipeline,
+                                    "device": str(next(student.chunks[0].parameters()).device),
+                                    **time_student(args, timed.train_batch(1024, args.seed), student, max_tokens)}
+                student.dims.destroy()
+            finally:
+                dist.barrier()
+                if rank0:
+                    shutil.rmtree(work, ignore_errors=True)
         if rank0:
             t = report["timing"]
             print(f"\nForward+backward, TP {args.tensor} PP {args.pipeline} VPP {args.virtual_pipeline or 1}, "

@@ -9,37 +9,25 @@ Training checkpoint (megatron-core distributed checkpoint, saved at any TP/PP) -
 A run checkpoint (`iter_*`, holding `model/`) takes its training config and final metrics from its run
 directory unless --training-config / --metrics are given.
 
-Hugging Face folder -> training checkpoint (starts a run from a released model):
+Hugging Face folder -> student checkpoint (the megatron distributed checkpoint `Student.from_checkpoint` loads at
+any TP/PP; a training run itself starts from the Hugging Face folder, `student.hf_path`):
 
-    python launch/convert_to_hf.py --from-hf Qwen3.5-2B --output runs/x/checkpoints/init [--dtype bfloat16]
+    python launch/convert_to_hf.py --from-hf Qwen3.5-2B --output checkpoints/qwen3.5-2b [--dtype bfloat16]
 
 Runs as one process by default (the checkpoint is resharded to TP=PP=1 on load); under torchrun,
 ``--tensor``/``--pipeline`` split the model across the launched processes instead.
 
-Weight-space merge of Hugging Face folders (the paper's ParamMerge-Avg / ParamMerge-TA baselines):
-
-    python launch/convert_to_hf.py merge --method average --experts MATH CODE IF --output releases/avg
-    python launch/convert_to_hf.py merge --method task_arithmetic --base Qwen3.5-2B --experts MATH CODE IF \
-        --output releases/ta [--lam 1.0] [--max-shard-size 4800MB]
-
-(``python launch/convert_to_hf.py merge --help`` lists its options.)
+Weight-space merges of Hugging Face folders are `launch/merge_checkpoints.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-
-def parse_size(text: str) -> int:
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMG]?i?B)?", text.strip(), flags=re.IGNORECASE)
-    if not match:
-        raise argparse.ArgumentTypeError(f"--max-shard-size: cannot parse {text!r} (examples: 5GB, 500MB)")
-    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-    return int(float(match.group(1)) * units[(match.group(2) or "").lower()])
+from dnmopd.io import parse_byte_size
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -47,7 +35,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--checkpoint", type=Path,
                         help="run checkpoint (iter_*, with model/) or student checkpoint folder (has student.json)")
-    source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a training checkpoint")
+    source.add_argument("--from-hf", type=Path, help="Hugging Face model folder to turn into a student checkpoint")
     parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
     parser.add_argument("--base-model", type=Path, help="HF folder of the base model (default: the one recorded)")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer folder with chat template (default: base model)")
@@ -56,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--name", help="model card title (default: the run name of the training config)")
     parser.add_argument("--training-config", type=Path, help="training config file quoted in the model card")
     parser.add_argument("--metrics", type=Path, help="JSON object of final metrics for the model card")
-    parser.add_argument("--max-shard-size", type=parse_size, default="5GB", help="largest safetensors shard")
+    parser.add_argument("--max-shard-size", type=parse_byte_size, default="5GB", help="largest safetensors shard")
     parser.add_argument("--tolerance", type=float, default=1e-2, help="max |logit difference| accepted (float32)")
     parser.add_argument("--probe-length", type=int, default=32, help="tokens per probe sequence for verification")
     parser.add_argument("--dtype", default="auto", help="--from-hf: parameter dtype (auto = the checkpoint's)")
@@ -65,64 +53,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def parse_merge_args(argv) -> argparse.Namespace:
-    from dnmopd.student.merge import DEFAULT_MAX_SHARD_BYTES, METHODS
-
-    parser = argparse.ArgumentParser(
-        prog="convert_to_hf.py merge", description="Merge Hugging Face checkpoints tensor by tensor."
-    )
-    parser.add_argument("--method", choices=METHODS, required=True, help="uniform average or task arithmetic")
-    parser.add_argument("--experts", type=Path, nargs="+", required=True, help="HF folders of the experts (>= 2)")
-    parser.add_argument("--base", type=Path, help="HF folder of the base model (required by task_arithmetic)")
-    parser.add_argument("--lam", type=float, help="task_arithmetic scale lambda (default 1.0; not 1/K)")
-    parser.add_argument("--output", type=Path, required=True, help="folder to create (replaced if it exists)")
-    parser.add_argument(
-        "--max-shard-size",
-        type=parse_size,
-        default=DEFAULT_MAX_SHARD_BYTES,
-        help=f"largest safetensors shard (default {DEFAULT_MAX_SHARD_BYTES // 10**6}MB)",
-    )
-    return parser.parse_args(argv)
-
-
-def merge(argv) -> int:
-    from dnmopd.student.merge import CheckpointMerge
-
-    args = parse_merge_args(argv)
-    try:
-        config = CheckpointMerge.Config(
-            method=args.method,
-            experts=[str(p) for p in args.experts],
-            base=str(args.base) if args.base else None,
-            lam=args.lam,
-            max_shard_bytes=args.max_shard_size,
-        )
-        config.build().write(args.output)
-    except (ValueError, FileNotFoundError) as error:
-        raise SystemExit(f"merge failed: {error}") from None
-    return 0
-
-
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["merge"]:
-        return merge(argv[1:])
     args = parse_args(argv)
     card = card_options(args)
     import torch.distributed
 
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
+    from dnmopd.student.cpu_compat import cpu_compat
 
     init_distributed()
-    dims = ParallelDims.Config(tensor=args.tensor, pipeline=args.pipeline).build()
-    if args.from_hf:
-        print(f"loading {args.from_hf}", flush=True)
-        student = Student.from_hf(args.from_hf, dims, BuildOptions(dtype=args.dtype))
-        student.save_checkpoint(args.output)
-        print(f"saved training checkpoint {args.output}", flush=True)
-    else:
-        export(args, dims, card)
-    dims.destroy()
+    with cpu_compat():
+        dims = ParallelDims.Config(tensor=args.tensor, pipeline=args.pipeline).build()
+        if args.from_hf:
+            print(f"loading {args.from_hf}", flush=True)
+            student = Student.from_hf(args.from_hf, dims, BuildOptions(dtype=args.dtype))
+            student.save_checkpoint(args.output)
+            print(f"saved student checkpoint {args.output}", flush=True)
+        else:
+            export(args, dims, card)
+        dims.destroy()
     torch.distributed.destroy_process_group()
     return 0
 
@@ -153,7 +102,7 @@ def final_metrics(run_dir: Path | None, update: int | None) -> dict | None:
 
 
 def card_options(args: argparse.Namespace):
-    from dnmopd.student.model_card import CardConfig
+    from dnmopd.hf.model_card import CardConfig
 
     try:
         return CardConfig(base_model=args.base_model_id, license=args.license)
@@ -162,8 +111,8 @@ def card_options(args: argparse.Namespace):
 
 
 def export(args: argparse.Namespace, dims, card) -> None:
+    from dnmopd.hf.release import write_release
     from dnmopd.student import Student
-    from dnmopd.student.release import write_release
 
     folder, update, run_dir = run_checkpoint(args.checkpoint)
     metrics = json.loads(args.metrics.read_text()) if args.metrics else final_metrics(run_dir, update)

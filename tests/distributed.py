@@ -3,7 +3,8 @@
     results = run_workers(2, my_module_level_fn, arg1, arg2)
 
 `fn(rank, world_size, *args)` runs in a fresh spawned process after
-`torch.distributed.init_process_group("gloo")`; its return value (picklable) comes back in rank order.
+`torch.distributed.init_process_group("gloo")`, inside `cpu_compat()` (megatron-core on a CPU); its return
+value (picklable) comes back in rank order.
 An exception in any rank fails the call with that rank's traceback; a hang fails it after `timeout`.
 """
 
@@ -33,10 +34,13 @@ def _worker(rank, world_size, port, fn, args, queue):
     import torch
     import torch.distributed as dist
 
+    from dnmopd.student.cpu_compat import cpu_compat
+
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
-        result = fn(rank, world_size, *args)
+        with cpu_compat():
+            result = fn(rank, world_size, *args)
         queue.put((rank, True, result))
     except BaseException:  # noqa: BLE001 - the traceback is the payload
         queue.put((rank, False, traceback.format_exc()))

@@ -1,5 +1,5 @@
-"""The installed layout: `dnmopd.kernels` comes from the top-level kernels/ folder, and nothing
-installs a top-level `kernels` module."""
+"""The installed layout: `dnmopd.kernels` is the dnmopd/kernels/ folder (an ordinary subpackage, no import hook),
+and nothing installs a top-level `kernels` module."""
 
 import importlib.util
 import pathlib
@@ -8,9 +8,8 @@ import sys
 
 
 def test_kernels_is_a_subpackage_of_the_installed_dnmopd():
-    import dnmopd.kernels
-
     import dnmopd
+    import dnmopd.kernels
 
     assert pathlib.Path(dnmopd.kernels.__file__).parent.parent == pathlib.Path(dnmopd.__file__).parent
 
@@ -22,10 +21,10 @@ def test_no_top_level_kernels_module(tmp_path):
     assert importlib.util.find_spec("dnmopd.kernels") is not None
 
 
-def test_a_source_checkout_maps_kernels_the_same_way():
-    # `python -c` in the checkout root imports the source tree, not the install; kernels/ is dnmopd.kernels there too
+def test_a_source_checkout_imports_its_own_kernels_and_samples():
+    # `python -c` in the checkout root imports the source tree, not the install
     root = pathlib.Path(__file__).resolve().parents[1]
     code = ("import dnmopd, dnmopd.kernels, pathlib; from dnmopd.data.sample_data import sample_dir; "
             "print(pathlib.Path(dnmopd.kernels.__file__).parent, sample_dir())")
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True).stdout
-    assert out.split() == [str(root / "kernels"), str(root / "data" / "samples")]
+    assert out.split() == [str(root / "dnmopd" / "kernels"), str(root / "data" / "samples")]

@@ -28,7 +28,7 @@ from pathlib import Path
 from code_tasks import ALL_TASKS, CodeTask
 from math_tasks import math_problems
 
-from dnmopd.data.io import atomic_write, write_jsonl
+from dnmopd.io import atomic_write, write_jsonl
 from dnmopd.data.manifest import build_manifest
 
 ROOT = Path(__file__).resolve().parents[2]

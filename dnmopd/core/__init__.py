@@ -25,7 +25,6 @@ from dnmopd.core.normalizer import (
     DomainDiagnostics,
     DomainNormalizer,
     domain_multipliers,
-    domain_multipliers_batched,
 )
 from dnmopd.core.routing import SENTINEL, Router, RoutingConfig, ScoreError
 from dnmopd.core.statistics import (
@@ -42,7 +41,7 @@ __all__ = [
     "DNDiagnostics", "DomainDiagnostics", "DomainNormalizer", "DynamicSamplingFilter", "Router",
     "RoutingConfig", "ScoreError",
     "all_reduce_statistics", "batch_statistics", "clipped_opd_loss", "clipped_opd_loss_batched",
-    "clipped_surrogate", "domain_multipliers", "domain_multipliers_batched", "grpo_advantages",
+    "clipped_surrogate", "domain_multipliers", "grpo_advantages",
     "inject_constant_advantages", "injection_constant", "list_statistics", "merge_statistics",
     "population_std", "reverse_kl_advantages", "scale_advantages", "scale_advantages_batched",
     "select_injection", "sft_loss",

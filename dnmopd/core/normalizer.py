@@ -237,17 +237,3 @@ def domain_multipliers(
 ) -> tuple[dict[str, float], DNDiagnostics]:
     """Stateless DN multipliers of one local batch of ragged responses."""
     return DomainNormalizer(mode="dn", bounds=(lower, upper)).multipliers(pairs)
-
-
-def domain_multipliers_batched(
-    log_ratio: torch.Tensor,
-    mask: torch.Tensor,
-    domain_ids: torch.Tensor,
-    domains: Sequence[str],
-    lower: float = DEFAULT_BOUNDS[0],
-    upper: float = DEFAULT_BOUNDS[1],
-    sync: Sync = None,
-) -> tuple[torch.Tensor, DNDiagnostics]:
-    """Stateless DN multipliers of one padded batch."""
-    normalizer = DomainNormalizer(domains, mode="dn", bounds=(lower, upper), sync=sync)
-    return normalizer.multipliers_batched(log_ratio, mask, domain_ids)

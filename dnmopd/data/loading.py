@@ -13,9 +13,9 @@ import logging
 import os
 from pathlib import Path
 
-from dnmopd.data.io import write_jsonl
 from dnmopd.data.manifest import RELEASE_LAYOUT
 from dnmopd.data.schema import ValidationReport, iter_rows, validate_file
+from dnmopd.io import write_jsonl
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from dnmopd.data.io import sha256_file
+from dnmopd.io import sha256_file
 
 FORMAT_VERSION = 1
 RELEASE_LAYOUT = {

@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dnmopd.data.io import atomic_write, sha256_file
 from dnmopd.eval.lcb import Problem
 from dnmopd.eval.protocol import AIME_SUFFIX, CATALOG_SHA256, SUITES
 from dnmopd.eval.sources import SOURCES, Source, fetch, verified_sample
+from dnmopd.io import atomic_write, sha256_file
 
 STATE = "CATALOG.json"
 LCB_TEST_INDEX = {"lcb_v5": 713, "lcb_v6": 880}

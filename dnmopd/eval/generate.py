@@ -20,8 +20,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dnmopd.data.chat import PromptTokenizer
-from dnmopd.data.io import atomic_write
 from dnmopd.eval.protocol import CONTEXT, ENABLE_THINKING, PROTOCOL_ID, SEED, SUITES, TEMPERATURE, TOP_K, TOP_P
+from dnmopd.io import atomic_write
 from dnmopd.rollout.base import RolloutEngine, RolloutRequest, SamplingParams
 
 

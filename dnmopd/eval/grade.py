@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from dnmopd.data.io import atomic_write, sha256_file, write_jsonl
+from dnmopd.io import atomic_write, sha256_file, write_jsonl
 
 
 def _grade_chunk(raw: Path, questions: dict, grader) -> list[list[bool]]:

@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dnmopd.data.io import atomic_write
 from dnmopd.eval.protocol import DOMAINS, SIX
+from dnmopd.io import atomic_write
 
 COLUMNS = (*SIX, *DOMAINS, "total", "math500")
 LABELS = {"aime25": "AIME25", "aime26": "AIME26", "lcb_v5": "LCB v5", "lcb_v6": "LCB v6", "ifeval": "IFEval",

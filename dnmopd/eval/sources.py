@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from dnmopd.data.download import DownloadError, _HttpsBackend, _HubBackend
-from dnmopd.data.io import sha256_file
+from dnmopd.io import sha256_file
 
 STAGING = ".download"
 GITHUB_RAW = "https://raw.githubusercontent.com"

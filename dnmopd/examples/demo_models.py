@@ -39,6 +39,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from dnmopd.io import atomic_directory
+
 DOMAINS = ("math", "code", "ifeval")
 TEACHER_POOLS = {"math": "teacher/math_train.jsonl", "code": "teacher/code_train.jsonl",
                  "ifeval": "teacher/if_train.jsonl"}
@@ -75,8 +77,8 @@ _WRITES = ("out_proj.weight", "down_proj.weight", "o_proj.weight")
 
 def build_demo_models(root: str | Path) -> Path:
     """Build (or reuse, when already built with the same spec) the demo's tokenizer, student and teachers."""
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     root = Path(root)
     marker = root / MARKER_FILE
@@ -214,14 +216,9 @@ def scaled_copy(source: Path, target: Path, sharpness: float) -> Path:
 
 def _write_copy(source: Path, target: Path, state: dict[str, torch.Tensor]) -> Path:
     """A copy of the HF folder `source` with `state` as its weights, written atomically."""
-    tmp = target.with_name(f".{target.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    shutil.copytree(source, tmp)
-    save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
-    if target.exists():
-        shutil.rmtree(target)
-    tmp.rename(target)
+    with atomic_directory(target) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        save_file(state, tmp / "model.safetensors", metadata={"format": "pt"})
     return target
 
 

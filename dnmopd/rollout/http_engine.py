@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from dnmopd.hf.models import resolve_vocab_size, same_model_path
 from dnmopd.rollout.base import (
     Rollout,
     RolloutEngine,
@@ -38,7 +39,6 @@ from dnmopd.serving.errors import ServingError, StaleReplica
 from dnmopd.serving.hf_folder import check_weights_folder, write_hf_folder
 from dnmopd.serving.pool import Replica
 from dnmopd.serving.token_ids import validate_token_ids
-from dnmopd.teachers.http_teacher import resolve_vocab_size, same_model_path
 
 logger = logging.getLogger(__name__)
 

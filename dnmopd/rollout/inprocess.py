@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from dnmopd.hf.models import DTYPES, load_causal_lm, model_vocab_size
 from dnmopd.rollout.base import Rollout, RolloutEngine, RolloutRequest, SamplingParams, WeightProbe
 from dnmopd.rollout.sampling import draw, sampling_logprobs
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest
-from dnmopd.teachers.hf_model import DTYPES, load_causal_lm, model_vocab_size
 from dnmopd.teachers.inprocess import InProcessTeacher
 
 

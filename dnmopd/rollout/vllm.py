@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
+from dnmopd.hf.models import same_model_path
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
 from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import vllm_api
 from dnmopd.serving.errors import RequestRejected
 from dnmopd.serving.pool import Replica, ReplicaPool
-from dnmopd.teachers.http_teacher import same_model_path
 
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 

@@ -7,12 +7,13 @@ into place, so a server never sees a half-written folder.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 import torch
+
+from dnmopd.io import atomic_directory
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
@@ -30,20 +31,11 @@ def write_hf_folder(
     state = {name: tensor.detach().to("cpu").contiguous() for name, tensor in named_tensors}
     if not state:
         raise ValueError("write_hf_folder: no tensors given")
-    tmp = out_dir.with_name(f".{out_dir.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with atomic_directory(out_dir) as tmp:  # a failed write leaves nothing behind
         for item in base.iterdir():
             if item.is_file() and not item.name.endswith(WEIGHT_SUFFIXES) and not item.name.endswith(".index.json"):
                 shutil.copy2(item, tmp / item.name)
         save_torch_state_dict(state, tmp, max_shard_size=max_shard_size)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)  # a failed write leaves nothing behind
-        raise
     return out_dir
 
 

@@ -4,18 +4,16 @@ Modules (one job each):
 
 * ``arch``: the architecture read from an HF ``config.json`` (text-only or the Qwen3.5 VL layout);
 * ``parallel``: ``torch.distributed`` start-up and megatron's process groups (``ParallelDims``);
-* ``cpu_compat``: the switch that lets megatron-core run on CPU/gloo;
+* ``cpu_compat``: the context manager that lets megatron-core run on CPU/gloo inside it;
 * ``layers``, ``gated_delta_rule``, ``gated_delta_net``, ``specs``: the layers and their ModuleSpecs;
 * ``model``, ``build``: ``StudentModel`` (GPTModel returning hidden states) and the builder;
 * ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
 * ``checkpoint``, ``student``: distributed checkpoints and the ``Student`` facade the trainer uses;
-* ``pipeline``: forward-only logits through megatron's pipeline schedules (verification, tests);
-* ``release``, ``hf_config``, ``model_card``: the Hugging Face release folder (``launch/convert_to_hf.py``), its
-  engine-ready config files and its Hub model card;
-* ``merge``: weight-space merges of Hugging Face folders;
-* ``tiny``: deterministic tiny random HF checkpoints for tests and the CPU demo.
+* ``pipeline``: forward-only logits through megatron's pipeline schedules (verification, tests).
 
-The names below are imported lazily, so ``dnmopd.student.tiny`` does not pull in megatron-core.
+Hugging Face release folders, their config files, model cards and weight merges live in ``dnmopd.hf``; tiny
+random checkpoints for the tests and the demo in ``dnmopd.examples.tiny``. The names below are imported lazily,
+so importing the package does not pull in megatron-core.
 """
 
 import importlib
@@ -28,8 +26,6 @@ _EXPORTS = {
     "Student": "dnmopd.student.student",
     "StudentArch": "dnmopd.student.arch",
     "StudentModel": "dnmopd.student.model",
-    "build_tiny_hf_checkpoint": "dnmopd.student.tiny",
-    "enable_cpu_compat": "dnmopd.student.cpu_compat",
     "init_distributed": "dnmopd.student.parallel",
 }
 

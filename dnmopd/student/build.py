@@ -119,6 +119,9 @@ def transformer_config(arch: StudentArch, options: BuildOptions, dims: ParallelD
         batch_p2p_comm=dims.num_chunks == 1,
         sequence_parallel=False,
         variable_seq_lengths=True,
+        # our loss functions normalize themselves (by the global response or token count) and report one
+        # "token" per micro-batch: megatron must not divide their losses by the micro-batch count again
+        calculate_per_token_loss=True,
         moe_token_dispatcher_type="alltoall",  # dense model; megatron rejects the default with variable lengths
         params_dtype=dtype,
         pipeline_dtype=dtype,

@@ -12,19 +12,38 @@ megatron-core assumes CUDA in three ways; each is handled here and nowhere else:
 4. dtype checks written as ``tensor.type() == "torch.cuda.FloatTensor"`` (gradient clipping, the optimizers):
    ``Tensor.type()`` without arguments reports a CPU tensor by its CUDA type name.
 
-The runtime calls :func:`enable_cpu_compat` explicitly when no GPU is present. On a machine with CUDA it
-does nothing and returns False, so GPU runs are never affected. Model code must still choose
-CPU-friendly options (``use_cpu_initialization``, no fused kernels, no sequence parallelism); the builder in
+Every change is made by the :func:`cpu_compat` context manager and undone when its outermost ``with`` exits;
+the CPU entry points (the trainer's ``run``, the converter, the student benchmark) and the tests enter it
+around the work that builds and runs megatron-core models. On a machine with CUDA it changes nothing and
+yields False, so GPU runs are never affected. Model code must still choose CPU-friendly options
+(``use_cpu_initialization``, no fused kernels, no sequence parallelism); the builder in
 ``dnmopd.student.build`` does that.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from torch.overrides import TorchFunctionMode
 
 _CPU = torch.device("cpu")
-_state: dict[str, object] = {}
+_CUDA_PATCHES = {
+    "current_device": lambda: "cpu",
+    "synchronize": lambda *args, **kwargs: None,
+    "set_device": lambda *args, **kwargs: None,
+    "get_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
+    "set_rng_state": lambda state, *args, **kwargs: torch.set_rng_state(state),
+    "manual_seed": lambda seed: torch.default_generator.manual_seed(seed),
+}
+_MEGATRON_RNG_PATCHES = {
+    "_get_cuda_rng_state": lambda *args, **kwargs: torch.get_rng_state(),
+    "_set_cuda_rng_state": lambda state, *args, **kwargs: torch.set_rng_state(state),
+}
+_lock = threading.Lock()
+_active: dict[str, object] = {}  # while entered: the depth, the originals and the entered mode
 
 
 def _is_cuda_device(device) -> bool:
@@ -58,39 +77,38 @@ class _CudaToCpuMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _patch_torch_cuda() -> None:
-    torch.cuda.current_device = lambda: "cpu"
-    torch.cuda.synchronize = lambda *args, **kwargs: None
-    torch.cuda.set_device = lambda *args, **kwargs: None
-    torch.cuda.get_rng_state = lambda *args, **kwargs: torch.get_rng_state()
-    torch.cuda.set_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
-    torch.cuda.manual_seed = lambda seed: torch.default_generator.manual_seed(seed)
+def _swap(target, patches: dict) -> dict:
+    """Set `patches` on `target`; returns the attributes they replaced."""
+    originals = {name: getattr(target, name) for name in patches}
+    for name, value in patches.items():
+        setattr(target, name, value)
+    return originals
 
 
-def _patch_megatron_rng() -> None:
+@contextmanager
+def cpu_compat() -> Iterator[bool]:
+    """Make megatron-core usable on CPU inside the block; yields True if the layer is active, False on CUDA
+    machines (where nothing changes). Re-entrant: nested blocks share one activation, undone when the outermost
+    exits. The device rewrite (a ``TorchFunctionMode``) covers the entering thread."""
+    if torch.cuda.is_available():
+        yield False
+        return
     import megatron.core.tensor_parallel.random as megatron_random
 
-    megatron_random._get_cuda_rng_state = lambda *args, **kwargs: torch.get_rng_state()
-    megatron_random._set_cuda_rng_state = lambda state, *args, **kwargs: torch.set_rng_state(state)
-
-
-def enable_cpu_compat() -> bool:
-    """Make megatron-core usable on CPU; returns True if the layer is active, False on CUDA machines.
-
-    Idempotent. Call it once per process before building megatron-core models (the student runtime
-    does this when ``torch.cuda.is_available()`` is False).
-    """
-    if torch.cuda.is_available():
-        return False
-    if "mode" not in _state:
-        _patch_torch_cuda()
-        _patch_megatron_rng()
-        mode = _CudaToCpuMode()
-        mode.__enter__()  # stays active for the life of the process
-        _state["mode"] = mode
-    return True
-
-
-def cpu_compat_enabled() -> bool:
-    """True when :func:`enable_cpu_compat` has activated the layer in this process."""
-    return "mode" in _state
+    with _lock:
+        if not _active:
+            mode = _CudaToCpuMode()
+            _active.update(depth=0, mode=mode, cuda=_swap(torch.cuda, _CUDA_PATCHES),
+                           megatron=_swap(megatron_random, _MEGATRON_RNG_PATCHES))
+            mode.__enter__()
+        _active["depth"] += 1
+    try:
+        yield True
+    finally:
+        with _lock:
+            _active["depth"] -= 1
+            if _active["depth"] == 0:
+                _active["mode"].__exit__(None, None, None)
+                _swap(torch.cuda, _active["cuda"])
+                _swap(megatron_random, _active["megatron"])
+                _active.clear()

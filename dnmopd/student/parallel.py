@@ -1,11 +1,13 @@
 """Process groups for the student: the only module that touches megatron's ``parallel_state``.
 
-    dims = ParallelDims.Config(tensor=2, pipeline=1).build()   # after torch.distributed is initialised
-    model = build_student(..., dims)
+    init_distributed()
+    dims = ParallelDims.Config(tensor=2, pipeline=1).build()
+    student = Student.from_hf(hf_path, dims)
     ...
     dims.destroy()
 
-Everything else receives the groups explicitly (``dims.pg``, a megatron ``ProcessGroupCollection``).
+Everything else receives the groups explicitly (``dims.pg``, a megatron ``ProcessGroupCollection``); a test
+(``tests/test_layout_rules.py``) fails if another module uses ``parallel_state``.
 """
 
 from __future__ import annotations
@@ -18,17 +20,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dnmopd.student.cpu_compat import enable_cpu_compat
-
 
 def init_distributed(timeout_minutes: int = 30) -> None:
     """Initialise ``torch.distributed`` from torchrun's environment, or as a single process.
 
-    NCCL when CUDA is available (the local rank picks the device), gloo otherwise; on CPU the
-    megatron-core compatibility layer is enabled. Does nothing if a group already exists.
+    NCCL when CUDA is available (the local rank picks the device), gloo otherwise (megatron-core then needs
+    ``dnmopd.student.cpu_compat`` around the work). Does nothing if a group already exists.
     """
-    if not torch.cuda.is_available():
-        enable_cpu_compat()
     if dist.is_initialized():
         return
     backend = "nccl" if torch.cuda.is_available() else "gloo"

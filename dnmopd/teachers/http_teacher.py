@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from abc import abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,32 +13,13 @@ from typing import Any
 
 import torch
 
+from dnmopd.hf.models import resolve_vocab_size
 from dnmopd.serving.errors import RequestRejected, ServingError, TransientServerError
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
-from dnmopd.teachers.hf_model import config_vocab_size
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_vocab_size(config: Any) -> int:
-    """`config.vocab_size`, or the one in `config.model_path`/config.json; errors name the fix."""
-    if config.vocab_size:
-        return int(config.vocab_size)
-    size = config_vocab_size(config.model_path)
-    if size is None:
-        raise ValueError(
-            f"{type(config).__qualname__}.vocab_size: {config.model_path}/config.json is not readable here; "
-            "set vocab_size explicitly (ids are validated against it before they are sent)"
-        )
-    return size
-
-
-def same_model_path(served: Any, expected: str) -> bool:
-    if not isinstance(served, str):
-        return False
-    return served == expected or os.path.realpath(served) == os.path.realpath(expected)
 
 
 class HttpTeacher(TeacherScorer):

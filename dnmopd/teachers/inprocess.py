@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
+from dnmopd.hf.models import DTYPES, load_causal_lm, model_vocab_size
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherScorer, TeacherScores
-from dnmopd.teachers.hf_model import DTYPES, load_causal_lm, model_vocab_size
 
 
 class InProcessTeacher(TeacherScorer):

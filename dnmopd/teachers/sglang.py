@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dnmopd.hf.models import same_model_path
 from dnmopd.serving import sglang_api
 from dnmopd.teachers.base import ScoreRequest, TeacherError
-from dnmopd.teachers.http_teacher import HttpTeacher, same_model_path
+from dnmopd.teachers.http_teacher import HttpTeacher
 
 
 class SGLangTeacher(HttpTeacher):

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dnmopd.hf.models import same_model_path
 from dnmopd.serving import vllm_api
 from dnmopd.teachers.base import ScoreRequest, TeacherError
-from dnmopd.teachers.http_teacher import HttpTeacher, same_model_path
+from dnmopd.teachers.http_teacher import HttpTeacher
 
 MAX_TOP_K = 20
 """The most top-k log-probs per position that vLLM returns."""

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dnmopd.data.io import apply_default_modes, atomic_write, sha256_file
+from dnmopd.io import apply_default_modes, atomic_write, sha256_file
 
 logger = logging.getLogger(__name__)
 

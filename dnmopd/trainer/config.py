@@ -12,10 +12,10 @@ from typing import Annotated, Literal
 from dnmopd.config import Backend, Choice, FieldValueError
 from dnmopd.core.losses import validate_clip
 from dnmopd.data.sampler import PromptSampler
+from dnmopd.hf.model_card import CardConfig
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
 from dnmopd.student.arch import StudentArch
-from dnmopd.student.model_card import CardConfig
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class

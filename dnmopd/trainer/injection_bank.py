@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from dnmopd.data.io import atomic_write, sha256_file
+from dnmopd.io import atomic_write, sha256_file
 
 FORMAT = "dnmopd-injection-bank/1"
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dnmopd.data.io import write_jsonl
+from dnmopd.io import write_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -33,8 +33,8 @@ import torch
 from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
 from dnmopd.kernels.utils import gather_token_stats, merge_max_sumexp, response_token_weights
 from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.forward_backward import TokenView
 from dnmopd.trainer.metric_table import Mean, MetricTable
-from dnmopd.trainer.update import TokenView
 
 OBJECTIVE_METRICS = MetricTable(
     ("loss", "sum", "The update's loss: its optimizer steps' mean of the global objective (response mean of the "

@@ -3,8 +3,9 @@
 Loss scaling convention: every loss this trainer hands to megatron's schedules is already this rank's share
 of the global objective (normalized by the global response or token count), so
 
-- `calculate_per_token_loss = True`: the schedules neither divide by the number of micro-batches nor
-  by a token count, and DDP sums gradients over data-parallel ranks instead of averaging them;
+- `calculate_per_token_loss = True` (set where the model's TransformerConfig is built, `student.build`): the
+  schedules neither divide by the number of micro-batches nor by a token count, and DDP sums gradients over
+  data-parallel ranks instead of averaging them;
 - `finalize_model_grads` runs without a token count (no further scaling).
 
 Summing the ranks' shares then gives exactly the gradient of the global objective.
@@ -63,8 +64,6 @@ def build_optimization(student, config, total_steps: int) -> Optimization:
 
     on_gpu = torch.cuda.is_available()
     chunks = student.chunks
-    for chunk in chunks:
-        chunk.config.calculate_per_token_loss = True
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, use_distributed_optimizer=on_gpu,
                                                overlap_grad_reduce=False)
     model = [DistributedDataParallel(config=chunk.config, ddp_config=ddp_config, module=chunk,

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
-from dnmopd.data.io import atomic_write
+from dnmopd.io import atomic_write
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint
@@ -42,6 +42,7 @@ from dnmopd.trainer.config import TrainerConfig, resolve_data_path
 from dnmopd.trainer.context import Layout, ModeContext
 from dnmopd.trainer.evaluation import TrainingEvaluation
 from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
+from dnmopd.trainer.forward_backward import StudentForward, logp_matrix, sum_metrics
 from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.modes.base import StepCounts, mode_class
@@ -50,7 +51,6 @@ from dnmopd.trainer.optimization import build_optimization
 from dnmopd.trainer.pipeline import RolloutPipeline
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
-from dnmopd.trainer.update import StudentForward, logp_matrix, sum_metrics
 from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
@@ -356,7 +356,7 @@ class Trainer:
     def _finish(self) -> None:
         if self.config.checkpoint.export_hf:
             self.progress.phase("export")
-            from dnmopd.student.release import write_release
+            from dnmopd.hf.release import write_release
 
             updates = self.config.train.updates
             write_release(self.student, self.run_dir / "release", training_config=dump_yaml(self.config),

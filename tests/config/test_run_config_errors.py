@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dnmopd.config import ConfigError, load_config
-from dnmopd.student.tiny import build_tiny_hf_checkpoint
+from dnmopd.examples.tiny import build_tiny_hf_checkpoint
 from dnmopd.trainer.config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from dnmopd.data.chat import (
     model_vocab_size,
     row_messages,
 )
-from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
+from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
 USER = [{"role": "user", "content": "What is 2+2?"}]
 # qwen35.md 6.3, verbatim

@@ -11,7 +11,7 @@ import pytest
 from dnmopd.data.chat import PromptTokenizer
 from dnmopd.data.loading import load_prompts
 from dnmopd.data.manifest import Manifest, file_problem
-from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
+from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 from dnmopd.trainer.prompts import PromptSet
 
 ROOT = Path(__file__).resolve().parents[2]

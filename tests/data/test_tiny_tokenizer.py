@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from dnmopd.data.tiny_tokenizer import ADDED_TOKENS, build_tiny_tokenizer
+from dnmopd.examples.tiny_tokenizer import ADDED_TOKENS, build_tiny_tokenizer
 
 FLAVORS = ["qwen3.5", "qwen3"]
 
@@ -27,7 +27,7 @@ def folder_bytes(path: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("flavor", FLAVORS)
 def test_same_bytes_on_every_build_even_in_another_process(built, tmp_path, flavor):
     other = tmp_path / "again"
-    code = ("import sys; from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer; "
+    code = ("import sys; from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer; "
             "build_tiny_tokenizer(sys.argv[1], flavor=sys.argv[2])")
     subprocess.run([sys.executable, "-c", code, str(other), flavor], check=True)
     assert folder_bytes(other) == folder_bytes(built[flavor])

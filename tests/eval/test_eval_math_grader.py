@@ -3,26 +3,21 @@
 import pytest
 
 from dnmopd.eval.graders import GraderError
-from dnmopd.eval.graders.math import MathGrader, boxed_content, last_box
+from dnmopd.eval.graders.math import MathGrader
+from dnmopd.verifiers.math import last_boxed
 
 AIME = {"id": "aime25:1", "answer": "345"}
 
 
-@pytest.mark.parametrize(("text", "box"), [
-    ("so \\boxed{12}", "\\boxed{12}"),
-    ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\boxed{\\frac{1}{2}}"),
+@pytest.mark.parametrize(("text", "answer"), [
+    ("so \\boxed{12}", "12"),
+    ("\\boxed{1} then \\boxed{\\frac{1}{2}}", "\\frac{1}{2}"),
     ("\\boxed{3} and an unclosed \\boxed{4", None),
     ("no box at all", None),
-    ("only \\fbox{7}", "\\fbox{7}"),
+    ("only \\fbox{7}", None),  # only a \boxed is unwrapped
 ])
-def test_last_box_is_the_last_complete_one(text, box):
-    assert last_box(text) == box
-
-
-def test_only_boxed_is_unwrapped():
-    assert boxed_content("\\boxed{x+1}") == "x+1"
-    assert boxed_content("\\fbox{7}") is None
-    assert boxed_content(None) is None
+def test_the_answer_is_the_content_of_the_last_complete_box(text, answer):
+    assert last_boxed(text) == answer
 
 
 @pytest.mark.parametrize(("response", "right"), [

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def tiny_qwen35(tmp_path_factory):
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     root = tmp_path_factory.mktemp("tiny-qwen3.5")
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor="qwen3.5", vocab_size=VOCAB)

@@ -29,8 +29,8 @@ CONTEXT = 2048
 @pytest.fixture(scope="module")
 def qwen3_models(tmp_path_factory):
     """A tiny tied Qwen3 student and three tiny Qwen3 teachers sharing the tiny Qwen3 tokenizer."""
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     root = tmp_path_factory.mktemp("qwen3-run-models")
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor="qwen3", vocab_size=VOCAB)

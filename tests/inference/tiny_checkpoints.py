@@ -15,8 +15,8 @@ VOCAB = 1024
 
 def build_qwen3(out_dir: Path, *, seed: int = 0, tied: bool = True) -> Path:
     """A random tiny Qwen3ForCausalLM in fp32 safetensors with tokenizer files."""
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer(out_dir.parent / f"{out_dir.name}-tokenizer", flavor="qwen3", vocab_size=VOCAB)
     return build_tiny_hf_checkpoint(out_dir, arch="qwen3", vocab_size=VOCAB, seed=seed, num_layers=2,

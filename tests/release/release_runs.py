@@ -28,9 +28,9 @@ CARD = {"qwen3_5": ["checkpoint.release.base_model=Qwen/Qwen3.5-0.8B", "checkpoi
 
 def build_models(root: Path, arch: str) -> tuple[Path, Path]:
     """(student, teacher): a tiny random `arch` model and a copy whose logits are twice as sharp."""
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
     from dnmopd.examples.demo_models import scaled_copy
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     spec = ARCHS[arch]
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor=spec["flavor"], vocab_size=VOCAB)

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from dnmopd.student.hf_config import engine_config, full_attention_interval, generation_config
-from dnmopd.student.model_card import CardConfig, card_metadata, hub_id_from_path, metrics_tables
+from dnmopd.hf.config import engine_config, full_attention_interval, generation_config
+from dnmopd.hf.model_card import CardConfig, card_metadata, hub_id_from_path, metrics_tables
 
 LIN, FULL = "linear_attention", "full_attention"
 
@@ -31,7 +31,7 @@ def test_card_options_refuse_local_paths_and_bad_ids(tmp_path):
 
 
 def test_license_and_pipeline_tag_fall_back_to_the_base_models_card(tmp_path):
-    from dnmopd.student.model_card import Export
+    from dnmopd.hf.model_card import Export
 
     base = tmp_path / "hub" / "models--Qwen--Qwen3.5-2B" / "snapshots" / "abc"
     base.mkdir(parents=True)
@@ -73,7 +73,7 @@ def test_full_attention_interval_is_written_only_when_the_layer_pattern_has_one(
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
+    from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
 
     return build_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tok", flavor="qwen3.5", vocab_size=1024)
 

@@ -121,9 +121,9 @@ def check_fla_backward_refusal(path, ids, device) -> None:
 def check_checkpoint_and_release(paths, work: Path, ids, device) -> None:
     from student_helpers import build_test_tokenizer
 
+    from dnmopd.hf.release import write_release
     from dnmopd.student import BuildOptions, ParallelDims, Student
     from dnmopd.student.pipeline import forward_logits
-    from dnmopd.student.release import write_release
 
     dims = ParallelDims.Config().build()
     student = Student.from_hf(paths["qwen3_5"], dims, BuildOptions(dtype="float32"))
@@ -270,7 +270,7 @@ def main() -> int:
     # Hide FLA until the HF references exist: transformers then binds its pure-torch GDN (independent of FLA).
     sys.modules["fla"] = None
 
-    from dnmopd.student.tiny import build_tiny_hf_checkpoint
+    from dnmopd.examples.tiny import build_tiny_hf_checkpoint
 
     paths = {
         "qwen3_5": str(build_tiny_hf_checkpoint(work / "qwen3_5", arch="qwen3_5", vocab_size=VOCAB, seed=1)),

@@ -46,4 +46,7 @@ def main(hf_dir: str, ckpt_dir: str, result_file: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    from dnmopd.student.cpu_compat import cpu_compat
+
+    with cpu_compat():
+        main(*sys.argv[1:4])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from student_helpers import VOCAB
 
-from dnmopd.student.tiny import build_tiny_hf_checkpoint
+from dnmopd.examples.tiny import build_tiny_hf_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -108,8 +108,8 @@ def test_missing_tokenizer_is_a_clear_error(vl_checkpoint, tmp_path):
 
 
 def _pipeline_release_worker(rank, world, checkpoint, output, tokenizer):
+    from dnmopd.hf.release import write_release
     from dnmopd.student import ParallelDims, Student, init_distributed
-    from dnmopd.student.release import write_release
 
     init_distributed()
     dims = ParallelDims.Config(pipeline=2).build()

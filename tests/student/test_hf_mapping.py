@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dnmopd.examples.tiny import _text_config
 from dnmopd.student.arch import StudentArch
 from dnmopd.student.hf_mapping import hf_language_model_keys, layer_rules, top_rules
-from dnmopd.student.tiny import _text_config
 
 
 def _arch(arch="qwen3_5", **overrides) -> StudentArch:
@@ -103,7 +103,7 @@ def test_every_rule_round_trips_bit_exactly(tp):
 
 
 def _hf_shapes(arch: StudentArch) -> dict[str, tuple[int, ...]]:
-    from dnmopd.student.tiny import _new_model
+    from dnmopd.examples.tiny import _new_model
 
     text = dict(arch.hf_config)
     text.pop("model_type")

@@ -1,4 +1,5 @@
-"""Weight-space merges (dnmopd.student.merge, `convert_to_hf.py merge`) against float64 references and transformers."""
+"""Weight-space merges (dnmopd.hf.merge, `launch/merge_checkpoints.py`) against float64 references and
+transformers."""
 
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from huggingface_hub import ModelCard
 from safetensors.torch import load_file, save_file
 from student_helpers import VOCAB, build_test_tokenizer, probe_ids
 
-from dnmopd.student.merge import DEFAULT_MAX_SHARD_BYTES, CheckpointMerge
-from dnmopd.student.tiny import build_tiny_hf_checkpoint
+from dnmopd.examples.tiny import build_tiny_hf_checkpoint
+from dnmopd.hf.merge import DEFAULT_MAX_SHARD_BYTES, CheckpointMerge
 from dnmopd.student.weights import SafetensorsFolder
 
-SCRIPT = Path(__file__).parents[2] / "launch" / "convert_to_hf.py"
+SCRIPT = Path(__file__).parents[2] / "launch" / "merge_checkpoints.py"
 NUM_MTP_TENSORS = 15
 
 
@@ -135,7 +136,7 @@ def test_merge_matches_float64_reference(vl, tmp_path, method, with_base, lam):
     source = vl["base"] if with_base else vl["experts"][0]
     for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
         assert (out / name).read_bytes() == (source / name).read_bytes()
-    assert not list(tmp_path.glob(".merged.tmp*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged"]  # no temporary folder left
 
 
 def test_task_arithmetic_model_loads_and_matches_hand_merged_state_dict(vl, tmp_path):
@@ -359,7 +360,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
 
 def test_command_line_end_to_end(vl, tmp_path):
     experts, base = vl["experts"], vl["base"]
-    proc = _cli("merge", "--method", "task_arithmetic", "--base", base, "--experts", *experts, "--output",
+    proc = _cli("--method", "task_arithmetic", "--base", base, "--experts", *experts, "--output",
                 tmp_path / "ta", "--max-shard-size", "64KiB")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert f"leaving out {NUM_MTP_TENSORS} base-only mtp.*" in proc.stdout and f"wrote {tmp_path / 'ta'}" in proc.stdout
@@ -368,14 +369,17 @@ def test_command_line_end_to_end(vl, tmp_path):
     merged = _tensors(tmp_path / "ta")
     assert sorted(merged) == sorted(expected) and all(torch.equal(merged[n], expected[n]) for n in expected)
 
-    proc = _cli("merge", "--method", "task_arithmetic", "--base", base, "--experts", *experts, "--lam", "0.3333",
+    proc = _cli("--method", "task_arithmetic", "--base", base, "--experts", *experts, "--lam", "0.3333",
                 "--output", tmp_path / "refused")
     assert proc.returncode != 0 and "merge failed:" in proc.stderr and "use method 'average'" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "refused").exists()
 
-    proc = _cli("merge", "--method", "average", "--experts", *experts, "--output", tmp_path / "avg")
+    proc = _cli("--method", "average", "--experts", *experts, "--output", tmp_path / "avg")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "avg" / "model.safetensors").is_file()  # one shard under the 4,800 MB default
 
     proc = _cli("--help")
-    assert proc.returncode == 0 and "--checkpoint" in proc.stdout and "merge --method average" in proc.stdout
+    assert proc.returncode == 0 and "merge_checkpoints.py --method average" in proc.stdout
+
+    proc = _cli("--method", "average", "--experts", *experts, "--output", tmp_path / "x", "--max-shard-size", "5XB")
+    assert proc.returncode == 2 and "cannot parse size '5XB'" in proc.stderr and not (tmp_path / "x").exists()

@@ -47,8 +47,8 @@ def training_batch(seed: int = 0):
 
 
 def _run_both(student, optimization, batch) -> dict:
+    from dnmopd.trainer.forward_backward import StudentForward, logp_matrix
     from dnmopd.trainer.objectives import ClippedSurrogate
-    from dnmopd.trainer.update import StudentForward, logp_matrix
 
     objective = ClippedSurrogate(student.chunks[-1], student.dims.pg.tp, num_responses=batch.size, eps_low=0.2,
                                  eps_high=0.28, dual_clip=None, chunk_size=None)

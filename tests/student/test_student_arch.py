@@ -8,8 +8,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from dnmopd.examples.tiny import build_tiny_hf_checkpoint
 from dnmopd.student.arch import FULL_ATTENTION, LINEAR_ATTENTION, StudentArch
-from dnmopd.student.tiny import build_tiny_hf_checkpoint
 
 
 def _qwen35_text(**overrides) -> dict:

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.forward_backward import TokenView
 from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL, LMHead, LogProbs, ratio_reference
-from dnmopd.trainer.update import TokenView
 
 V, D, H, K = 37, 8, 6, 3  # vocab (not a power of two), student hidden, teacher hidden, teachers
 DOMAINS = ("math", "code", "ifeval")

@@ -13,6 +13,7 @@ import torch
 from run_helpers import DEMO, REPO, tiny_overrides
 
 from dnmopd.config import load_config
+from dnmopd.student.cpu_compat import cpu_compat
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.modes.opd import OPDMode
 from dnmopd.trainer.trainer import Trainer
@@ -78,13 +79,14 @@ def test_two_ppo_steps_equal_a_float64_loop(demo_models, tmp_path, monkeypatch):
         return metrics
 
     monkeypatch.setattr(OPDMode, "prepare", spy)
-    trainer = Trainer(config)
-    try:
-        before = {name: t.detach().double().clone() for name, t in trainer.student.hf_tensors(causal_lm_names=True)}
-        trainer.train()
-        after = {name: t.detach().double().clone() for name, t in trainer.student.hf_tensors(causal_lm_names=True)}
-    finally:
-        trainer.close()
+    with cpu_compat():
+        trainer = Trainer(config)
+        try:
+            before = {name: t.detach().double().clone() for name, t in trainer.student.hf_tensors(causal_lm_names=True)}
+            trainer.train()
+            after = {name: t.detach().double().clone() for name, t in trainer.student.hf_tensors(causal_lm_names=True)}
+        finally:
+            trainer.close()
 
     batch = seen["batch"]
     mask = batch["loss_mask"]

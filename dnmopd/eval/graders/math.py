@@ -1,10 +1,11 @@
 """AIME and MATH-500: math-verify on the content of the last complete ``\\boxed{...}``.
 
-The answer is located as in the G-OPD evaluation the paper used: the last ``\\boxed`` (else the last
-``\\fbox``), braces balanced; only a ``\\boxed{...}`` is unwrapped, so an answer whose last box is an
-``\\fbox`` or is unclosed is wrong (no earlier box is tried). Gold and prediction are both parsed as
-``\\boxed{...}`` and compared with ``math_verify.verify``. AIME: the gold must parse and any grader
-exception propagates (an instrument failure is never a wrong answer); MATH-500: an exception counts as wrong.
+The answer is located as in the G-OPD evaluation the paper used, by the training verifier's own
+``dnmopd.verifiers.math.last_boxed``: the content of the last ``\\boxed{...}``, braces balanced; an answer
+whose last ``\\boxed`` is unclosed, or that has only an ``\\fbox``, is wrong (no earlier box is tried). Gold
+and prediction are both parsed as ``\\boxed{...}`` and compared with ``math_verify.verify``. AIME: the gold
+must parse and any grader exception propagates (an instrument failure is never a wrong answer); MATH-500: an
+exception counts as wrong.
 math-verify bounds each parse and comparison with its own 5 s alarm, so grading runs in the main thread.
 """
 
@@ -14,31 +15,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 
 from dnmopd.eval.graders import GraderError
-
-
-def last_box(text: str) -> str | None:
-    """The last ``\\boxed...{...}`` (or ``\\fbox``) with balanced braces, or None when absent or unclosed."""
-    start = text.rfind("\\boxed")
-    if start < 0:
-        start = text.rfind("\\fbox")
-        if start < 0:
-            return None
-    depth = 0
-    for pos in range(start, len(text)):
-        if text[pos] == "{":
-            depth += 1
-        elif text[pos] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start:pos + 1]
-    return None
-
-
-def boxed_content(box: str | None) -> str | None:
-    """The content of a ``\\boxed{...}``; None for anything else (``\\fbox`` included)."""
-    if box is None or not box.startswith("\\boxed{") or not box.endswith("}"):
-        return None
-    return box[len("\\boxed{"):-1]
+from dnmopd.verifiers.math import last_boxed
 
 
 class MathGrader:
@@ -56,7 +33,7 @@ class MathGrader:
             raise GraderError(f"{row['id']}: the reference answer {row['answer']!r} does not parse")
         verdicts = []
         for text in responses:
-            predicted = boxed_content(last_box(text))
+            predicted = last_boxed(text)
             if predicted is None:
                 verdicts.append(False)
             elif self.kind == "aime":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from dnmopd.data.io import write_jsonl
+from dnmopd.io import write_jsonl
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.metric_table import Mean
 from dnmopd.trainer.modes.base import Collected, Mode, StepCounts

@@ -32,16 +32,15 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 
-from dnmopd.data.io import apply_default_modes
-from dnmopd.student.model_card import hub_id_from_path
-from dnmopd.student.release import ShardWriter
+from dnmopd.hf.model_card import hub_id_from_path
+from dnmopd.hf.release import ShardWriter
+from dnmopd.io import atomic_directory
 from dnmopd.student.weights import SafetensorsFolder
 
 METHODS = ("average", "task_arithmetic")
@@ -118,22 +117,13 @@ class CheckpointMerge:
             log(f"note: {note}")
         if self.excluded:
             log(f"leaving out {len(self.excluded)} base-only {EXCLUDED_PREFIX}* tensors (absent from the experts)")
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.tmp-", dir=output.parent))
-        try:
+        with atomic_directory(output) as tmp:
             writer = ShardWriter(tmp, self.config.max_shard_bytes)
             self._merge_into(writer, log)
             writer.close()
             for path in self.side_files:
                 shutil.copy2(path, tmp / path.name)
             (tmp / "README.md").write_text(self.model_card(output.name))
-            apply_default_modes(tmp)
-            if output.exists():
-                shutil.rmtree(output)
-            tmp.rename(output)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
         log(f"wrote {output} ({writer.total_bytes / 2**30:.2f} GiB, {len(writer.shards)} shard(s))")
         return output
 

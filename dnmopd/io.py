@@ -1,11 +1,14 @@
-"""File helpers shared by the data modules: atomic writes, JSONL, hashing."""
+"""File helpers shared by the package: atomic writes of files and folders, JSONL, hashing."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,6 +33,25 @@ def atomic_write(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """Build a folder under a temporary name next to ``path`` (the yielded path) and move it into place only on
+    success, replacing a folder already there; on any error the temporary folder is removed and ``path`` is
+    untouched. The folder gets the modes of new files and folders under the umask (``apply_default_modes``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        apply_default_modes(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
@@ -77,3 +99,14 @@ def sha256_file(path: str | os.PathLike) -> str:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_byte_size(text: str) -> int:
+    """Bytes of a size such as ``5GB``, ``500MB`` or ``64KiB`` (an ``argparse`` type: a bad size is a usage error)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMG]?i?B)?", text.strip(), flags=re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"cannot parse size {text!r} (examples: 5GB, 500MB, 64KiB)")
+    return int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").lower()])

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from dnmopd.data.io import apply_default_modes
-from dnmopd.student.hf_config import engine_config, generation_config
+from dnmopd.hf.config import engine_config, generation_config
+from dnmopd.io import atomic_directory
 
 _MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors", "model.safetensors.index.json")
 
@@ -162,7 +161,7 @@ def build_tiny_hf_checkpoint(
     ``overrides`` replaces text-config fields (e.g. ``{"hidden_size": 128}``). ``tokenizer_dir`` (optional)
     is an HF tokenizer folder whose files are copied in; its end-of-text/pad ids go into the configs. The
     folder is written atomically (temporary sibling folder, then rename); an existing ``out_dir`` is replaced.
-    ``config.json`` carries what engines read besides transformers (``hf_config.engine_config``).
+    ``config.json`` carries what engines read besides transformers (``dnmopd.hf.config.engine_config``).
     """
     out_dir = Path(out_dir)
     text = _text_config(arch, vocab_size, tie_word_embeddings, num_layers, dict(overrides or {}))
@@ -177,9 +176,7 @@ def build_tiny_hf_checkpoint(
             param.copy_(_random_value(name, param.shape, arch == "qwen3_5", gen))
     model = model.to(getattr(torch, dtype))
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with atomic_directory(out_dir) as tmp:
         model.save_pretrained(tmp)
         config = engine_config(json.loads((tmp / "config.json").read_text()))
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -194,11 +191,4 @@ def build_tiny_hf_checkpoint(
                     shutil.copy2(item, tmp / item.name)
             generation = generation_config(config, tokenizer_dir)
             (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-        apply_default_modes(tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return out_dir

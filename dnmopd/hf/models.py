@@ -1,9 +1,12 @@
-"""Loading a Hugging Face causal LM for the in-process teacher and rollout backends."""
+"""Hugging Face models as the inference backends see them (rollout and teachers alike): loading a causal LM
+for the in-process backends, vocabulary sizes, and whether a server serves the expected model folder."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -38,3 +41,22 @@ def config_vocab_size(model_path: str) -> int | None:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
     size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return int(size) if size else None
+
+
+def resolve_vocab_size(config: Any) -> int:
+    """`config.vocab_size`, or the one in `config.model_path`/config.json; errors name the fix."""
+    if config.vocab_size:
+        return int(config.vocab_size)
+    size = config_vocab_size(config.model_path)
+    if size is None:
+        raise ValueError(
+            f"{type(config).__qualname__}.vocab_size: {config.model_path}/config.json is not readable here; "
+            "set vocab_size explicitly (ids are validated against it before they are sent)"
+        )
+    return size
+
+
+def same_model_path(served: Any, expected: str) -> bool:
+    if not isinstance(served, str):
+        return False
+    return served == expected or os.path.realpath(served) == os.path.realpath(expected)

@@ -1,7 +1,7 @@
 """Hugging Face release folder from the student: the model as the original architecture, ready to serve.
 
 Contents: safetensors shards (+ index when more than one), the original ``config.json`` completed for every
-engine (``hf_config.engine_config``; for the Qwen3.5 VL layout with its vision tower and MTP tensors copied
+engine (``dnmopd.hf.config.engine_config``; for the Qwen3.5 VL layout with its vision tower and MTP tensors copied
 unchanged from the base model), ``generation_config.json`` (the base model's, checked against the config and
 the tokenizer, or derived from them), the tokenizer files with the chat template, and a Hub model card
 (``README.md``, see ``model_card``). The folder is written under a temporary name, reloaded with
@@ -11,6 +11,7 @@ of the umask and renamed into place.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -19,9 +20,9 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
-from dnmopd.data.io import apply_default_modes
-from dnmopd.student.hf_config import engine_config, generation_config
-from dnmopd.student.model_card import CardConfig, Export, model_card, run_facts
+from dnmopd.hf.config import engine_config, generation_config
+from dnmopd.hf.model_card import CardConfig, Export, model_card, run_facts
+from dnmopd.io import atomic_directory
 from dnmopd.student.weights import PASSTHROUGH_PREFIXES, SafetensorsFolder
 
 _MODEL_FILES = {"config.json", "generation_config.json", "model.safetensors.index.json", "README.md"}
@@ -141,40 +142,32 @@ def write_release(
     tokenizer = Path(tokenizer) if tokenizer else None
     config, generation = _check_sources(student, base, tokenizer)
     rank = dist.get_rank()
-    tmp = output.with_name(f".{output.name}.tmp")
-    if rank == 0:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
-    dist.barrier()
     try:
-        writer = ShardWriter(tmp, max_shard_bytes) if rank == 0 else None
-        for tensor_name, tensor in student.hf_tensors(source_dtypes=True):
-            if writer:
-                writer.add(tensor_name, tensor)
-        if rank == 0:
-            log(f"wrote {writer.total_bytes / 2**20:.1f} MiB of language-model weights")
-            _write_side_files(tmp, writer, base, tokenizer, config, generation)
-            writer.close()
-        dist.barrier()
-        diff = verify_release(student, tmp, probe_length=probe_length)
-        log(f"verification: max |logit difference| transformers vs megatron = {diff:.3e} (tolerance {tolerance})")
-        if not diff <= tolerance:
-            raise RuntimeError(f"release verification failed: max |logit difference| {diff:.3e} > {tolerance}")
-        if rank == 0:
-            export = _export_facts(student, source, base, diff)
-            title = name or run_facts(training_config).get("name") or output.name
-            text = model_card(export, card or CardConfig(), name=title, training_config=training_config,
-                              metrics=metrics)
-            (tmp / "README.md").write_text(text)
-            apply_default_modes(tmp)
-            if output.exists():
-                shutil.rmtree(output)
-            tmp.rename(output)
+        with contextlib.ExitStack() as stack:  # rank 0 builds the folder; every rank reads it for the check
+            tmp = [stack.enter_context(atomic_directory(output)) if rank == 0 else None]
+            dist.broadcast_object_list(tmp, src=0)
+            tmp = tmp[0]
+            writer = ShardWriter(tmp, max_shard_bytes) if rank == 0 else None
+            for tensor_name, tensor in student.hf_tensors(source_dtypes=True):
+                if writer:
+                    writer.add(tensor_name, tensor)
+            if rank == 0:
+                log(f"wrote {writer.total_bytes / 2**20:.1f} MiB of language-model weights")
+                _write_side_files(tmp, writer, base, tokenizer, config, generation)
+                writer.close()
+            dist.barrier()
+            diff = verify_release(student, tmp, probe_length=probe_length)
+            log(f"verification: max |logit difference| transformers vs megatron = {diff:.3e} (tolerance {tolerance})")
+            if not diff <= tolerance:
+                raise RuntimeError(f"release verification failed: max |logit difference| {diff:.3e} > {tolerance}")
+            if rank == 0:
+                export = _export_facts(student, source, base, diff)
+                title = name or run_facts(training_config).get("name") or output.name
+                text = model_card(export, card or CardConfig(), name=title, training_config=training_config,
+                                  metrics=metrics)
+                (tmp / "README.md").write_text(text)
     finally:
         dist.barrier()
-        if rank == 0 and tmp.exists():
-            shutil.rmtree(tmp)
     return output
 
 

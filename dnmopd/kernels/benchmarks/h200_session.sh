@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the kernels: compiled-Triton correctness (tests/kernels on CUDA) and the benchmark.
 #
-#   bash kernels/benchmarks/h200_session.sh OUT_DIR
+#   bash dnmopd/kernels/benchmarks/h200_session.sh OUT_DIR
 #
 # Run from the repository root on a CUDA machine with torch and triton. Wheels under .whl/ (liger-kernel,
 # cut-cross-entropy) are installed into /tmp/site first; dnmopd.kernels is laid out from the checkout under
@@ -16,7 +16,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
-rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r dnmopd /tmp/pkg/ && cp -r kernels /tmp/pkg/dnmopd/kernels
+rm -rf /tmp/pkg && mkdir -p /tmp/pkg && cp -r dnmopd /tmp/pkg/
 export PYTHONPATH=/tmp/pkg:$PYTHONPATH
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; \
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } >>"$LOG" 2>&1

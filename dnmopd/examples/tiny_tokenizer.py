@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
 
 from dnmopd.data.chat_templates import CHAT_TEMPLATES
+from dnmopd.io import atomic_directory
 
 FLAVORS = ("qwen3.5", "qwen3")
 
@@ -108,17 +107,9 @@ def build_tiny_tokenizer(out_dir: str | os.PathLike, *, flavor: str = "qwen3.5",
                                    unk_token=None, bos_token=None, chat_template=CHAT_TEMPLATES[flavor],
                                    model_max_length=32768, clean_up_tokenization_spaces=False)
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as staging:
         fast.save_pretrained(staging)
         _set_tokenizer_class(staging / "tokenizer_config.json", TOKENIZER_CLASS[flavor])
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return out
 
 
