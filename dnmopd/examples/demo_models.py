@@ -174,7 +174,7 @@ def prompt_summaries(student_dir: Path) -> dict[str, float]:
     (rounded to 2 decimals, so that the teachers do not depend on the last bits of a CPU's arithmetic)."""
     from dnmopd.data.chat import PromptTokenizer, row_messages
     from dnmopd.data.sample_data import sample_file
-    from dnmopd.teachers.hf_model import load_causal_lm
+    from dnmopd.hf.models import load_causal_lm
 
     model = load_causal_lm(str(student_dir), device="cpu", dtype="float32", attn_implementation="sdpa")
     tokenizer = PromptTokenizer.from_pretrained(student_dir)

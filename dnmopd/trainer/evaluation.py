@@ -38,7 +38,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from dnmopd.config import FieldValueError
-from dnmopd.data.io import atomic_write, write_jsonl
+from dnmopd.io import atomic_write, write_jsonl
 from dnmopd.eval.config import CodeGradingConfig
 from dnmopd.eval.protocol import SEED, SUITES, TEMPERATURE, TOP_K, TOP_P
 from dnmopd.rollout.base import RolloutRequest, SamplingParams

@@ -38,7 +38,7 @@ from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
 from dnmopd.data.chat import PromptTokenizer
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.rollout.inprocess import InProcessRollout
-from dnmopd.teachers.hf_model import load_causal_lm
+from dnmopd.hf.models import load_causal_lm
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.config import TrainerConfig, resolve_data_path

@@ -16,7 +16,7 @@ from dnmopd.data.sample_data import sample_file
 from dnmopd.examples.demo_models import DOMAINS, LEAN, SUMMARY_CHANNEL, build_demo_models
 from dnmopd.rollout.base import RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
-from dnmopd.teachers.hf_model import load_causal_lm
+from dnmopd.hf.models import load_causal_lm
 from dnmopd.trainer.batch import TrainBatch
 
 NAMES = ("student", *(f"{d}_teacher" for d in DOMAINS))

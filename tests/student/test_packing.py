@@ -48,10 +48,10 @@ def training_batch(seed: int = 0):
 
 def _run_both(student, optimization, batch) -> dict:
     from dnmopd.trainer.forward_backward import StudentForward, logp_matrix
-    from dnmopd.trainer.objectives import ClippedSurrogate
+    from dnmopd.trainer.objectives import ClippedSurrogate, LMHead
 
-    objective = ClippedSurrogate(student.chunks[-1], student.dims.pg.tp, num_responses=batch.size, eps_low=0.2,
-                                 eps_high=0.28, dual_clip=None, chunk_size=None)
+    objective = ClippedSurrogate(LMHead(student.chunks[-1], student.dims.pg.tp, None), num_responses=batch.size,
+                                 eps_low=0.2, eps_high=0.28, dual_clip=None)
     results = {}
     for packing in (False, True):
         forward = StudentForward(student, optimization.model, MICRO_BATCH_TOKENS, packing=packing)

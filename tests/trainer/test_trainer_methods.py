@@ -28,7 +28,7 @@ def test_three_updates(demo_models, tmp_path, method):
     assert [r["step"] for r in records] == [0, 1, 2]
     normalizer = config.method.normalizer
     for record in records:
-        assert math.isfinite(record["loss"]) and record["response_tokens"] == 48
+        assert math.isfinite(record["loss"]) and 0 < record["response_tokens"] <= 48  # 6 x <= 8 tokens
         applied = {d: record[f"dn/{d}/applied"] for d in DOMAINS}  # every domain's multiplier, every update
         if normalizer.mode == "observe":
             assert set(applied.values()) <= {1.0}
