@@ -22,6 +22,7 @@ from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.trainer.method import MethodConfig
 from dnmopd.trainer.metrics import MetricsLogger
+from dnmopd.trainer.probe import ProbeConfig
 from dnmopd.trainer.verification import Verification
 
 RUN_MODES = ("opd", "grpo", "sft")
@@ -239,6 +240,16 @@ class LoggingConfig:
     """Show a live progress display on rank 0 (plain log lines when not a terminal)."""
     report: bool = True
     """Draw the PNG plots of the run at the end."""
+    probe_every: int = 0
+    """Measure the fixed probe set's exact full-vocabulary KL to the routed teachers (`probe_kl/*`) after the
+    first update, every this many updates and after the last (0: off). OPD runs with in-process teachers only;
+    each measurement is one forward of the student over the probe (48 short responses by default: about 0.2 s
+    a measurement in the CPU demo), plus the probe's sampling and teacher scoring once at start."""
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    """Where the probe set's prompts and responses come from (dnmopd/trainer/probe.py)."""
+
+    def __post_init__(self):
+        _require(self.probe_every >= 0, "logging.probe_every", f"must be >= 0 (0: off), got {self.probe_every}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -334,6 +345,11 @@ class TrainerConfig:
                          "are servers (use sampled_token with them)")
                 _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
                          "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
+        if self.logging.probe_every:
+            _require(self.run.mode == "opd", "logging.probe_every", f"measures OPD runs; run.mode is {self.run.mode}")
+            remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
+            _require(not remote, "logging.probe_every", f"the probe needs the teachers' full-vocabulary "
+                     f"distributions, which only in-process teachers give; {remote} are servers (set it to 0)")
         prompts = self.data.sampler.prompts_per_rollout * self.data.samples_per_prompt
         _require(prompts % self.train.optimizer_steps_per_update == 0, "train.optimizer_steps_per_update",
                  f"{prompts} responses per update (data.sampler.prompts_per_rollout x data.samples_per_prompt) are "

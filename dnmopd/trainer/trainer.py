@@ -43,9 +43,12 @@ from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
 from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.modes.base import StepCounts, mode_class
+from dnmopd.trainer.modes.opd import teacher_output_weight
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
 from dnmopd.trainer.optimization import build_optimization
 from dnmopd.trainer.pipeline import RolloutPipeline
+from dnmopd.trainer.probe import PROBE_FILE, PROBE_METRICS, FixedProbe, probe_batch, read_probe, sample_probe, \
+    split_prompts, write_probe
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
 from dnmopd.trainer.update import StudentForward, logp_matrix, sum_metrics
@@ -53,7 +56,7 @@ from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("rollout", "scoring", "wait", "train", "sync")
+PHASES = ("rollout", "scoring", "wait", "train", "probe", "sync")
 LOOP_METRICS = MetricTable(
     ("grad_norm", "global", "Global gradient norm of the update's last optimizer step, before clipping."),
     ("skipped_steps", "global", "Optimizer steps of the update skipped (non-finite gradients)."),
@@ -64,7 +67,8 @@ LOOP_METRICS = MetricTable(
                                     "that train on it: 0 on-policy, 1 for a batch collected ahead."),
     ("time/{phase}", "max", "Seconds of a phase of the update's batch: rollout (generation), scoring (teacher "
                             "scoring and verification, overlapping the rollout), wait (training waiting for the "
-                            "batch collected ahead), train (prepare + optimizer steps), sync (weight sync)."),
+                            "batch collected ahead), train (prepare + optimizer steps), probe (the "
+                            "fixed probe set's measurement), sync (weight sync)."),
     ("timeline/{phase}/start", "min", "Wall-clock start of the phase (Unix seconds); a batch collected ahead "
                                       "has its rollout and scoring within the previous update's train."),
     ("timeline/{phase}/end", "max", "Wall-clock end of the phase (Unix seconds)."),
@@ -105,6 +109,11 @@ class Trainer:
             resolve_data_path(config.data.train_file), self.tokenizer, domains=config.data.domains,
             max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size,
             on_bad_row=config.data.on_bad_row)
+        if config.logging.probe_every:  # before the sampler: held-out probe prompts are never drawn
+            self.probe_prompts, self.prompts = split_prompts(
+                config.logging.probe, self.prompts, config.data.domains, load=lambda path: PromptSet.load(
+                    resolve_data_path(path), self.tokenizer, domains=config.data.domains,
+                    max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size))
         self.sampler = config.data.sampler.build(num_prompts=len(self.prompts), dp_rank=self.dp_rank,
                                                  dp_size=self.dp_size)
         mode = mode_class(config.run.mode)
@@ -118,9 +127,10 @@ class Trainer:
         self.optimization = build_optimization(self.student, config.optimizer, steps)
         self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens,
                                       packing=config.train.packing)
-        self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | mode.metrics
+        self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS | mode.metrics
         self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
         self.start_update = self._resume()
+        self.probe = self._build_probe() if config.logging.probe_every else None  # before the engine's resync
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
@@ -214,6 +224,36 @@ class Trainer:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
 
+    def _build_probe(self) -> FixedProbe:
+        """The fixed probe set (logging.probe): read from its file, or sampled there by rank 0's rollout engine
+        (still the initial student) before the first update; this rank's share with its teachers' hidden states."""
+        options, sampling = self.config.logging.probe, self.config.rollout.sampling
+        spec = options.spec(options.max_new_tokens or sampling.max_new_tokens, sampling.temperature)
+        path = options.file or self.run_dir / PROBE_FILE
+        if not path.exists():
+            if options.file is not None:
+                raise FileNotFoundError(f"logging.probe.file: {path} not found")
+            if self.start_update > 0:
+                raise ValueError(f"logging.probe_every: {path} is missing and the run resumes at update "
+                                 f"{self.start_update}; the probe is sampled by the initial student, so it can only "
+                                 "start with the run (start over, or set logging.probe_every 0)")
+            if self.rank == 0:
+                write_probe(path, sample_probe(self.probe_prompts, self.rollout_engine, sampling, self.teachers,
+                                               self.mode.method, spec))
+        dist.barrier()
+        domains = list(self.config.data.domains)
+        rows = read_probe(path, spec, domains, self.student.arch.vocab_size)["rows"]
+        if len(rows) < self.dp_size:
+            raise ValueError(f"{path}: {len(rows)} probe responses for {self.dp_size} data-parallel ranks")
+        names = self.config.teachers.names()
+        batch = probe_batch(rows[self.dp_rank:: self.dp_size], self.teachers, names, domains) \
+            if self.is_leader else None
+        heads = self.mode.teacher_heads or ([teacher_output_weight(m.config.model_path)
+                                             for m in self.config.teachers.models] if self.student.is_last_stage else [])
+        return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
+                          every=self.config.logging.probe_every, updates=self.config.train.updates,
+                          head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)
+
     # ------------------------------------------------------------------------------------------- services
     def _logp(self, batch: TrainBatch, head: LMHead) -> torch.Tensor:
         """[B, T] log-probs of the response tokens under the current weights, on every model-parallel rank."""
@@ -259,6 +299,11 @@ class Trainer:
         metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
         phases["train"] = (tick, time.time())
+        if self.probe is not None and self.probe.due(update):
+            self.progress.phase("probe")
+            tick = time.time()
+            metrics.update(self.probe.measure())
+            phases["probe"] = (tick, time.time())
 
         if self.mode.uses_rollout:
             self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
