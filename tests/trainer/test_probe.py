@@ -149,3 +149,24 @@ def test_stored_probe_must_match_the_options(tmp_path):
         read_probe(path, spec, ["math"], 1024)
     path.write_text(json.dumps({"spec": spec, "rows": [row]}))
     assert read_probe(path, spec, ["math"], 1024)["rows"] == [row]
+
+
+def test_report_draws_the_probe_and_compares_runs(tmp_path):
+    from dnmopd.trainer.report import draw_comparison, draw_report
+
+    runs = []
+    for name, math_w in (("dn", 2.0), ("label", 1.0)):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        records = [{"step": s, "probe_kl/math": 0.02 - 0.001 * s, "probe_kl/all": 0.1, "dn/math/applied": math_w}
+                   for s in range(3)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        runs.append(run_dir)
+    assert (runs[0] / "plots" / "probe_kl.png") in draw_report(runs[0])
+    figure = draw_comparison(runs, tmp_path / "out" / "dn-vs-label.png")
+    assert figure.stat().st_size > 0
+    (runs[1] / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 1.0}) + "\n")
+    with pytest.raises(ValueError, match=r"none of .* logged probe_kl"):
+        draw_comparison([runs[1]], tmp_path / "none.png")
+    with pytest.raises(FileNotFoundError, match=r"missing/metrics.jsonl not found"):
+        draw_comparison([tmp_path / "missing"], tmp_path / "none.png")
