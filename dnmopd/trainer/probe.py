@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from dnmopd.data.io import atomic_write
 from dnmopd.rollout.base import RolloutRequest
@@ -115,13 +116,28 @@ def sample_probe(prompts: list[Prompt], engine, sampling, teachers: dict, method
     return {"spec": spec, "rows": rows}
 
 
-def write_probe(path: Path, probe: dict) -> None:
-    with atomic_write(path) as f:
-        json.dump(probe, f)
+def probe_rows(config, run_dir: Path, *, resumed_at: int, vocab_size: int, sample) -> list[dict]:
+    """The probe's rows, from logging.probe.file or <run_dir>/probe.json, which `sample(spec)` (rank 0 only;
+    None elsewhere) writes first when the run starts without one. Every rank calls it."""
+    options, sampling = config.logging.probe, config.rollout.sampling
+    spec = options.spec(options.max_new_tokens or sampling.max_new_tokens, sampling.temperature)
+    path = options.file or run_dir / PROBE_FILE
+    if not path.exists():
+        if options.file is not None:
+            raise FileNotFoundError(f"logging.probe.file: {path} not found")
+        if resumed_at > 0:
+            raise ValueError(f"logging.probe_every: {path} is missing and the run resumes at update {resumed_at}; "
+                             "the probe is sampled by the initial student, so it can only start with the run "
+                             "(start over, or set logging.probe_every 0)")
+        if sample is not None:
+            with atomic_write(path) as f:
+                json.dump(sample(spec), f)
+    dist.barrier()
+    return read_probe(path, spec, list(config.data.domains), config.teachers.names(), vocab_size)["rows"]
 
 
-def read_probe(path: Path, spec: dict, domains: list[str], vocab_size: int) -> dict:
-    """The stored probe, checked against the run's options, domains and vocabulary."""
+def read_probe(path: Path, spec: dict, domains: list[str], teachers: list[str], vocab_size: int) -> dict:
+    """The stored probe, checked against the run's options, domains, teachers and vocabulary."""
     try:
         probe = json.loads(path.read_text())
         rows = probe["rows"]
@@ -135,10 +151,11 @@ def read_probe(path: Path, spec: dict, domains: list[str], vocab_size: int) -> d
                          "probe (only before the first update) or restore the options")
     for i, row in enumerate(rows):
         ids = [*row.get("prompt_ids", []), *row.get("response_ids", [])]
-        if row.get("domain") not in domains or not row.get("response_ids") or \
+        if row.get("domain") not in domains or row.get("target") not in (*teachers, POOL) or \
+                not row.get("prompt_ids") or not row.get("response_ids") or \
                 not all(isinstance(t, int) and 0 <= t < vocab_size for t in ids):
-            raise ValueError(f"{path}: row {i} has a domain outside {domains}, no response or token ids outside "
-                             f"[0, {vocab_size})")
+            raise ValueError(f"{path}: row {i} has a domain outside {domains}, a target outside {teachers} and "
+                             f"{POOL!r}, an empty prompt or response, or token ids outside [0, {vocab_size})")
     return probe
 
 

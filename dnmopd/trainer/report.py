@@ -156,7 +156,7 @@ def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
     styles = ("-", "--", ":", "-.")
     fig, (kl_ax, w_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     colours: dict[str, str] = {}
-    for (name, records), style in zip(runs, styles * len(runs)):
+    for (name, records), style in zip(runs, styles * len(runs), strict=False):
         for ax, lines in ((kl_ax, series(records, "probe_kl/")), (w_ax, series(records, "dn/", "/applied"))):
             for domain, (steps, values) in sorted(lines.items()):
                 colour = colours.setdefault(domain, f"C{len(colours)}")

@@ -7,6 +7,7 @@ One update, in the order of the data flow (`_update`):
     -> batch broadcast to the model-parallel group
     -> DN statistics all-reduced over data parallel -> multipliers, advantages, old log-probs   (mode.prepare)
     -> student forward/backward with a fused LM-head loss -> optimizer step(s)   (mode.objective, StudentForward)
+    -> the fixed probe set's exact KL to the teachers (logging.probe_every, probe.py)
     -> the batch collected ahead finishes -> weight sync to the rollout engine, verified by a probe
     -> metrics reduced by name over data parallel (+ the update's timeline) -> checkpoint
 
@@ -47,8 +48,7 @@ from dnmopd.trainer.modes.opd import teacher_output_weight
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
 from dnmopd.trainer.optimization import build_optimization
 from dnmopd.trainer.pipeline import RolloutPipeline
-from dnmopd.trainer.probe import PROBE_FILE, PROBE_METRICS, FixedProbe, probe_batch, read_probe, sample_probe, \
-    split_prompts, write_probe
+from dnmopd.trainer.probe import PROBE_METRICS, FixedProbe, probe_batch, probe_rows, sample_probe, split_prompts
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
 from dnmopd.trainer.update import StudentForward, logp_matrix, sum_metrics
@@ -225,31 +225,21 @@ class Trainer:
         return state["update"]
 
     def _build_probe(self) -> FixedProbe:
-        """The fixed probe set (logging.probe): read from its file, or sampled there by rank 0's rollout engine
-        (still the initial student) before the first update; this rank's share with its teachers' hidden states."""
-        options, sampling = self.config.logging.probe, self.config.rollout.sampling
-        spec = options.spec(options.max_new_tokens or sampling.max_new_tokens, sampling.temperature)
-        path = options.file or self.run_dir / PROBE_FILE
-        if not path.exists():
-            if options.file is not None:
-                raise FileNotFoundError(f"logging.probe.file: {path} not found")
-            if self.start_update > 0:
-                raise ValueError(f"logging.probe_every: {path} is missing and the run resumes at update "
-                                 f"{self.start_update}; the probe is sampled by the initial student, so it can only "
-                                 "start with the run (start over, or set logging.probe_every 0)")
-            if self.rank == 0:
-                write_probe(path, sample_probe(self.probe_prompts, self.rollout_engine, sampling, self.teachers,
-                                               self.mode.method, spec))
-        dist.barrier()
-        domains = list(self.config.data.domains)
-        rows = read_probe(path, spec, domains, self.student.arch.vocab_size)["rows"]
+        """This rank's share of the fixed probe set (logging.probe), sampled by rank 0's rollout engine (still
+        the initial student) unless stored, with the teachers' hidden states; see probe.py."""
+        def sample(spec):
+            return sample_probe(self.probe_prompts, self.rollout_engine, self.config.rollout.sampling,
+                                self.teachers, self.mode.method, spec)
+
+        rows = probe_rows(self.config, self.run_dir, resumed_at=self.start_update,
+                          vocab_size=self.student.arch.vocab_size, sample=sample if self.rank == 0 else None)
         if len(rows) < self.dp_size:
-            raise ValueError(f"{path}: {len(rows)} probe responses for {self.dp_size} data-parallel ranks")
-        names = self.config.teachers.names()
-        batch = probe_batch(rows[self.dp_rank:: self.dp_size], self.teachers, names, domains) \
-            if self.is_leader else None
-        heads = self.mode.teacher_heads or ([teacher_output_weight(m.config.model_path)
-                                             for m in self.config.teachers.models] if self.student.is_last_stage else [])
+            raise ValueError(f"{len(rows)} probe responses for {self.dp_size} data-parallel ranks (logging.probe)")
+        names, domains = self.config.teachers.names(), list(self.config.data.domains)
+        mine = rows[self.dp_rank:: self.dp_size]
+        batch = probe_batch(mine, self.teachers, names, domains) if self.is_leader else None
+        heads = self.mode.teacher_heads or [teacher_output_weight(m.config.model_path)
+                                            for m in self.config.teachers.models if self.student.is_last_stage]
         return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
                           every=self.config.logging.probe_every, updates=self.config.train.updates,
                           head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)

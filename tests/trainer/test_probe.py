@@ -140,15 +140,18 @@ def test_stored_probe_must_match_the_options(tmp_path):
     row = {"domain": "math", "row": 0, "target": "math_teacher", "prompt_ids": [1, 2], "response_ids": [3]}
     path.write_text(json.dumps({"spec": {**spec, "prompts_per_domain": 4}, "rows": [row]}))
     with pytest.raises(ValueError, match=r"probe\.json.*prompts_per_domain=4.*prompts_per_domain=8"):
-        read_probe(path, spec, ["math"], 1024)
+        read_probe(path, spec, ["math"], ["math_teacher"], 1024)
     path.write_text(json.dumps({"spec": spec, "rows": [{**row, "response_ids": [5000]}]}))
     with pytest.raises(ValueError, match=r"probe\.json: row 0.*\[0, 1024\)"):
-        read_probe(path, spec, ["math"], 1024)
+        read_probe(path, spec, ["math"], ["math_teacher"], 1024)
+    path.write_text(json.dumps({"spec": spec, "rows": [{**row, "target": "code_teacher"}]}))
+    with pytest.raises(ValueError, match=r"probe\.json: row 0 .*a target outside \['math_teacher'\]"):
+        read_probe(path, spec, ["math"], ["math_teacher"], 1024)
     path.write_text("{")
     with pytest.raises(ValueError, match=r"probe\.json: not a probe set"):
-        read_probe(path, spec, ["math"], 1024)
+        read_probe(path, spec, ["math"], ["math_teacher"], 1024)
     path.write_text(json.dumps({"spec": spec, "rows": [row]}))
-    assert read_probe(path, spec, ["math"], 1024)["rows"] == [row]
+    assert read_probe(path, spec, ["math"], ["math_teacher"], 1024)["rows"] == [row]
 
 
 def test_report_draws_the_probe_and_compares_runs(tmp_path):
