@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dnmopd.trainer.evaluation import EVAL_METRICS
 from dnmopd.trainer.experience import EXPERIENCE_METRICS
 from dnmopd.trainer.modes.base import mode_class
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS
@@ -32,7 +33,8 @@ SECTIONS = [("The update loop (`trainer.py`)", LOOP_METRICS),
             ("Rollout and scoring (`experience.py`)", EXPERIENCE_METRICS),
             ("The loss (`objectives.py`)", OBJECTIVE_METRICS),
             ("The fixed probe set (`probe.py`, `logging.probe_every`)", PROBE_METRICS),
-            *((f"Mode `{name}` (`modes/{name}.py`)", mode_class(name).metrics) for name in ("opd", "grpo", "sft"))]
+            *((f"Mode `{name}` (`modes/{name}.py`)", mode_class(name).metrics) for name in ("opd", "grpo", "sft")),
+            ("Evaluation during training (`evaluation.py`, records of the updates it runs after)", EVAL_METRICS)]
 
 
 def escape(text: str) -> str:

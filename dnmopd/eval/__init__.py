@@ -4,5 +4,6 @@
 built from them, hash-checked; ``lcb`` decodes LiveCodeBench problems) -> ``generate`` (answers through a
 ``dnmopd.rollout`` engine, chunked and resumable) -> ``graders`` + ``grade`` (cached verdicts, per-question
 records) -> ``scores`` (avg@n, domains, Total) -> ``report`` (table, JSON, plot) and ``bootstrap`` (paired
-intervals). ``runner`` ties them together; ``runner.evaluate_engine`` is the call for evaluation during training.
+intervals). ``runner`` ties them together (``plan_suite``, ``generate_suite``, ``grade_suite``: also the steps of
+evaluation during training, ``dnmopd.trainer.evaluation``).
 """

@@ -1,8 +1,8 @@
 """One model through the protocol: generate, grade, score, report; and the call the trainer makes.
 
-``evaluate(config)`` runs ``launch/evaluate.py run``. ``evaluate_engine(engine, tokenizer_dir, ...)`` is the
-small API for evaluation during training: it uses the caller's rollout engine as it is (after the caller's
-weight sync) and returns ``{suite: avg@n score}``.
+``evaluate(config)`` runs ``launch/evaluate.py run``. A suite's run is three steps, `plan_suite` (catalog,
+spec and grader, checked), `generate_suite` and `grade_suite`; evaluation during training
+(``dnmopd.trainer.evaluation``) plans at start-up and runs the two others on the trainer's own engine.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,10 +37,20 @@ def _bar(enabled: bool, description: str, total: int) -> Iterator:
         yield lambda k: progress.advance(task, k)
 
 
-def run_suite(engine: RolloutEngine, tokenizer: PromptTokenizer, suite: str, *, name: str, model: str, engine_name: str,
-              data_dir: Path, output_dir: Path, cap: int, n: int | None = None, limit: int | None = None,
-              code_options: dict | None = None, progress: bool = False) -> dict:
-    """Generate and grade one suite; writes raw chunks, grades, records.jsonl and summary.json; returns the summary."""
+@dataclass(frozen=True, slots=True)
+class SuitePlan:
+    """One suite's run, checked before anything is generated: its questions, spec, output folder and grader."""
+
+    questions: list[dict]
+    spec: RunSpec
+    out: Path
+    grader: object
+
+
+def plan_suite(suite: str, *, name: str, model: str, engine_name: str, data_dir: Path, output_dir: Path, cap: int,
+               n: int | None = None, limit: int | None = None, code_options: dict | None = None) -> SuitePlan:
+    """Load and check the catalog, build the grader and check it covers every question (an unusable catalog,
+    grader or data file fails here, before spending generation time)."""
     catalog = load_catalog(suite, data_dir)
     questions = catalog.rows[:limit] if limit else catalog.rows
     protocol = SUITES[suite]
@@ -51,17 +62,35 @@ def run_suite(engine: RolloutEngine, tokenizer: PromptTokenizer, suite: str, *, 
         ("shipped sample catalog, not the pinned source", catalog.sample)) if off]
     spec = RunSpec(name=name, model=model, suite=suite, cap=cap, n=n, questions=len(questions),
                    catalog_sha256=catalog.sha256, engine=engine_name, deviations=tuple(deviations))
-    out = output_dir / name / suite / f"cap{cap}"
     grader = grader_for(catalog, nltk_data=data_dir / "nltk_data", code_options=code_options)
     if hasattr(grader, "check_coverage"):
-        grader.check_coverage(questions)  # before spending generation time
-    with _bar(progress, f"{suite}: generating", len(questions) * n) as advance:
-        chunks = generate(engine, tokenizer, questions, spec, out, progress=advance)
-    with _bar(progress, f"{suite}: grading", len(questions) * n) as advance:
-        records = grade_run(out, chunks, questions, grader, progress=advance)
-    summary = suite_summary(suite, records, grader_revision=grader.revision, deviations=deviations)
-    write_json(out / "summary.json", summary)
+        grader.check_coverage(questions)
+    return SuitePlan(questions, spec, output_dir / name / suite / f"cap{cap}", grader)
+
+
+def generate_suite(engine: RolloutEngine, tokenizer: PromptTokenizer, plan: SuitePlan, *,
+                   progress: bool = False) -> list[Path]:
+    """Sample the plan's answers (resumably); returns its raw chunk files."""
+    with _bar(progress, f"{plan.spec.suite}: generating", len(plan.questions) * plan.spec.n) as advance:
+        return generate(engine, tokenizer, plan.questions, plan.spec, plan.out, progress=advance)
+
+
+def grade_suite(plan: SuitePlan, chunks: list[Path], *, progress: bool = False) -> dict:
+    """Grade the chunks (cached), write records.jsonl and summary.json; returns the summary."""
+    with _bar(progress, f"{plan.spec.suite}: grading", len(plan.questions) * plan.spec.n) as advance:
+        records = grade_run(plan.out, chunks, plan.questions, plan.grader, progress=advance)
+    summary = suite_summary(plan.spec.suite, records, grader_revision=plan.grader.revision,
+                            deviations=list(plan.spec.deviations))
+    write_json(plan.out / "summary.json", summary)
     return summary
+
+
+def run_suite(engine: RolloutEngine, tokenizer: PromptTokenizer, suite: str, *, progress: bool = False,
+              **options) -> dict:
+    """Generate and grade one suite (``options``: those of `plan_suite`); writes raw chunks, grades,
+    records.jsonl and summary.json; returns the summary."""
+    plan = plan_suite(suite, **options)
+    return grade_suite(plan, generate_suite(engine, tokenizer, plan, progress=progress), progress=progress)
 
 
 def model_row(name: str, summaries: dict[str, dict]) -> dict:
@@ -113,15 +142,3 @@ def suite_question_scores(model_dir: str | os.PathLike, cap: int, suites: Sequen
         if path.is_file():
             out[suite] = question_scores(read_records(path))
     return out
-
-
-def evaluate_engine(engine: RolloutEngine, tokenizer_dir: str | os.PathLike, suites: Sequence[str], *,
-                    data_dir: str | os.PathLike, output_dir: str | os.PathLike, name: str, max_tokens: int,
-                    n: int | None = None, limit: int | None = None) -> dict[str, float]:
-    """Evaluate what ``engine`` serves now on ``suites``; ``{suite: avg@n score}``. Results are written under
-    ``<output_dir>/<name>/``; a new ``name`` per call (e.g. ``step-20``) keeps each evaluation's own answers."""
-    tokenizer = PromptTokenizer.from_pretrained(tokenizer_dir)
-    return {suite: run_suite(engine, tokenizer, suite, name=name, model=str(tokenizer_dir), engine_name="caller",
-                             data_dir=Path(data_dir), output_dir=Path(output_dir), cap=max_tokens, n=n,
-                             limit=limit)["score"]
-            for suite in suites}

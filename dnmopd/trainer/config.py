@@ -20,6 +20,7 @@ from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
+from dnmopd.trainer.evaluation import TrainingEvaluation
 from dnmopd.trainer.method import MethodConfig
 from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.probe import ProbeConfig
@@ -314,6 +315,8 @@ class TrainerConfig:
     """Checkpoints, resume and the Hugging Face release."""
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     """Metrics sinks, progress display and the end-of-run plots."""
+    eval: TrainingEvaluation.Config = field(default_factory=TrainingEvaluation.Config)
+    """Evaluation during training through the run's rollout engine (docs/evaluation.md), logged as eval/*."""
 
     def __post_init__(self):
         check_layout(self.student.hf_path, self.parallel)
@@ -331,6 +334,8 @@ class TrainerConfig:
                          "a truncated sampling distribution (the temperature is honoured)")
         _require(self.run.mode != "sft" or not self.train.rollout_ahead, "train.rollout_ahead",
                  "overlaps the student's rollout with training; run.mode sft has no rollout (set it to 0)")
+        _require(not self.eval.every or self.rollout is not None, "eval.every",
+                 f"evaluates through the student's rollout engine; run.mode {self.run.mode} has none (set it to 0)")
         _require(self.method.injection is None or self.rollout is None or self.rollout.verify, "rollout.verify",
                  "method.injection picks the response to replace by its verdict: set rollout.verify true")
         if self.run.mode == "opd":

@@ -8,6 +8,7 @@
     timeline.png      when each update's phases ran (wall clock): with train.rollout_ahead 1 the next
                       batch's rollout and scoring run during the current train
     training.png      loss, mean response length and throughput
+    eval.png          evaluation during training: eval/<suite> scores (and eval/heldout) by update
 
     python -m dnmopd.trainer.report RUN_DIR
     python -m dnmopd.trainer.report RUN_DIR OTHER_RUN... [--output FILE]
@@ -145,6 +146,8 @@ def draw_report(run_dir: str | Path) -> list[Path]:
              _plot_lines(records, out, "probe_kl/", "probe_kl.png",
                          "Reverse KL to the routed teacher on the fixed probe set (full vocabulary)",
                          "KL (nats/token)"),
+             _plot_lines(records, out, "eval/", "eval.png", "Evaluation during training (weights after the update)",
+                         "score (%)"),
              _plot_phase_times(records, out), _plot_timeline(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 

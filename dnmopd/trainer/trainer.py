@@ -14,11 +14,12 @@ One update, in the order of the data flow (`_update`):
 Modes see the run only through a `ModeContext` (`context`); the trainer owns the services behind it (sampler,
 rollout engine, teachers, verifiers, student forward, collectives) and builds and closes them. Extension
 points: a measurement joins the update's metrics in `_update` (declare its names in a MetricTable and add the
-table to `_metric_table`); work on the freshly synced rollout engine (evaluation) belongs after `_sync_weights`.
+table to `_metric_table`); work on the freshly synced rollout engine belongs after `_sync_weights`, as the
+evaluation (`evaluation.py`) runs after `_update`.
 
 Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
-sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, checkpoint
-resume, metrics.
+sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, evaluation
+(`eval:`), checkpoint resume, metrics.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from dnmopd.trainer.batch import TrainBatch, broadcast_batch
 from dnmopd.trainer.collectives import all_reduce_max, all_reduce_sum, broadcast_tensor
 from dnmopd.trainer.config import TrainerConfig, resolve_data_path
 from dnmopd.trainer.context import Layout, ModeContext
+from dnmopd.trainer.evaluation import TrainingEvaluation
 from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
 from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
@@ -129,6 +131,9 @@ class Trainer:
                                       packing=config.train.packing)
         self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS | mode.metrics
         self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
+        self.evaluation = TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
+                                             engine=self.rollout_engine, rank=self.rank,
+                                             model_vocab=self.student.arch.vocab_size)
         self.start_update = self._resume()
         self.probe = self._build_probe() if config.logging.probe_every else None  # before the engine's resync
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
@@ -262,6 +267,9 @@ class Trainer:
         try:
             for update in range(self.start_update, self.config.train.updates):
                 metrics = self._update(update)
+                if self.evaluation.due(update):
+                    self.progress.phase("eval")
+                    metrics.update(self.evaluation.after_update(update))  # the engine serves update + 1's weights
                 self.last_metrics = metrics
                 self.metrics.log(update, metrics)
                 self.progress.finished(update, metrics)
@@ -391,6 +399,7 @@ class Trainer:
     def close(self) -> None:
         self.pipeline.close()
         self.mode.close()
+        self.evaluation.close()
         if self.verification is not None:
             self.verification.close()
         self.dims.destroy()

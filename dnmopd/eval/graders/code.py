@@ -81,6 +81,11 @@ class LCBGrader:
                               "LiveCodeBench programs are not run")
         self.revision = f"{REVISION}+timeout{timeout_s:g}s+mem{memory_bytes}"
 
+    def check_coverage(self, rows: Sequence[dict]) -> None:
+        """Every question's test file must be there with its catalog hash, else grading does not start."""
+        for row in rows:
+            self.catalog.lcb_tests(row)
+
     def grade(self, row: dict, responses: Sequence[str]) -> list[bool]:
         tests = self.catalog.lcb_tests(row)
         with ThreadPoolExecutor(self.workers) as pool:
