@@ -244,8 +244,8 @@ class LoggingConfig:
     probe_every: int = 0
     """Measure the fixed probe set's exact full-vocabulary KL to the routed teachers (`probe_kl/*`) after the
     first update, every this many updates and after the last (0: off). OPD runs with in-process teachers only;
-    each measurement is one forward of the student over the probe (48 short responses by default: about 0.2 s
-    a measurement in the CPU demo), plus the probe's sampling and teacher scoring once at start."""
+    each measurement is one forward of the student over its probe share (the CPU demo's 48 responses of 32
+    tokens: 0.39 s a measurement, 12 s of its 125 s), plus sampling and teacher scoring once at start (3.7 s)."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     """Where the probe set's prompts and responses come from (dnmopd/trainer/probe.py)."""
 

@@ -236,6 +236,8 @@ class Trainer:
             return sample_probe(self.probe_prompts, self.rollout_engine, self.config.rollout.sampling,
                                 self.teachers, self.mode.method, spec)
 
+        started = time.time()
+
         rows = probe_rows(self.config, self.run_dir, resumed_at=self.start_update,
                           vocab_size=self.student.arch.vocab_size, sample=sample if self.rank == 0 else None)
         if len(rows) < self.dp_size:
@@ -245,6 +247,9 @@ class Trainer:
         batch = probe_batch(mine, self.teachers, names, domains) if self.is_leader else None
         heads = self.mode.teacher_heads or [teacher_output_weight(m.config.model_path)
                                             for m in self.config.teachers.models if self.student.is_last_stage]
+        if self.rank == 0:
+            logger.info("probe set: %d responses, %d tokens, ready in %.1f s", len(rows),
+                        sum(len(r["response_ids"]) for r in rows), time.time() - started)
         return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
                           every=self.config.logging.probe_every, updates=self.config.train.updates,
                           head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)
