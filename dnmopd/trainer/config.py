@@ -243,7 +243,8 @@ class LoggingConfig:
     """Draw the PNG plots of the run at the end."""
     probe_every: int = 0
     """Measure the fixed probe set's exact full-vocabulary KL to the routed teachers (`probe_kl/*`) after the
-    first update, every this many updates and after the last (0: off). OPD runs with in-process teachers only;
+    first update, every this many updates and after the last (0: off). run.mode opd only (other modes do not
+    take it), with in-process teachers (server teachers are refused);
     each measurement is one forward of the student over its probe share (the CPU demo's 48 responses of 32
     tokens: 0.39 s a measurement, 12 s of its 125 s), plus sampling and teacher scoring once at start (3.7 s)."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
@@ -350,8 +351,7 @@ class TrainerConfig:
                          "are servers (use sampled_token with them)")
                 _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
                          "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
-        if self.logging.probe_every:
-            _require(self.run.mode == "opd", "logging.probe_every", f"measures OPD runs; run.mode is {self.run.mode}")
+        if self.logging.probe_every and self.run.mode == "opd":
             remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
             _require(not remote, "logging.probe_every", f"the probe needs the teachers' full-vocabulary "
                      f"distributions, which only in-process teachers give; {remote} are servers (set it to 0)")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,8 @@ from dnmopd.trainer.metric_table import MetricTable
 from dnmopd.trainer.objectives import FullVocabReverseKL
 from dnmopd.trainer.prompts import Prompt, PromptSet
 from dnmopd.trainer.update import sum_metrics
+
+logger = logging.getLogger(__name__)
 
 PROBE_FILE = "probe.json"
 PROBE_METRICS = MetricTable(
@@ -130,8 +134,12 @@ def probe_rows(config, run_dir: Path, *, resumed_at: int, vocab_size: int, sampl
                              "the probe is sampled by the initial student, so it can only start with the run "
                              "(start over, or set logging.probe_every 0)")
         if sample is not None:
+            started = time.time()
+            probe = sample(spec)
             with atomic_write(path) as f:
-                json.dump(sample(spec), f)
+                json.dump(probe, f)
+            logger.info("%s: %d probe responses sampled and routed in %.1f s", path, len(probe["rows"]),
+                        time.time() - started)
     dist.barrier()
     return read_probe(path, spec, list(config.data.domains), config.teachers.names(), vocab_size)["rows"]
 

@@ -111,7 +111,8 @@ class Trainer:
             resolve_data_path(config.data.train_file), self.tokenizer, domains=config.data.domains,
             max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size,
             on_bad_row=config.data.on_bad_row)
-        if config.logging.probe_every:  # before the sampler: held-out probe prompts are never drawn
+        probing = bool(config.logging.probe_every) and config.run.mode == "opd"
+        if probing:  # before the sampler: held-out probe prompts are never drawn
             self.probe_prompts, self.prompts = split_prompts(
                 config.logging.probe, self.prompts, config.data.domains, load=lambda path: PromptSet.load(
                     resolve_data_path(path), self.tokenizer, domains=config.data.domains,
@@ -135,7 +136,7 @@ class Trainer:
                                              engine=self.rollout_engine, rank=self.rank,
                                              model_vocab=self.student.arch.vocab_size)
         self.start_update = self._resume()
-        self.probe = self._build_probe() if config.logging.probe_every else None  # before the engine's resync
+        self.probe = self._build_probe() if probing else None  # before the engine's resync
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
@@ -236,8 +237,6 @@ class Trainer:
             return sample_probe(self.probe_prompts, self.rollout_engine, self.config.rollout.sampling,
                                 self.teachers, self.mode.method, spec)
 
-        started = time.time()
-
         rows = probe_rows(self.config, self.run_dir, resumed_at=self.start_update,
                           vocab_size=self.student.arch.vocab_size, sample=sample if self.rank == 0 else None)
         if len(rows) < self.dp_size:
@@ -247,9 +246,6 @@ class Trainer:
         batch = probe_batch(mine, self.teachers, names, domains) if self.is_leader else None
         heads = self.mode.teacher_heads or [teacher_output_weight(m.config.model_path)
                                             for m in self.config.teachers.models if self.student.is_last_stage]
-        if self.rank == 0:
-            logger.info("probe set: %d responses, %d tokens, ready in %.1f s", len(rows),
-                        sum(len(r["response_ids"]) for r in rows), time.time() - started)
         return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
                           every=self.config.logging.probe_every, updates=self.config.train.updates,
                           head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)

@@ -99,7 +99,7 @@ def demo_config(models, tmp_path, *extra):
     return load_config(TrainerConfig, [DEMO], overrides)
 
 
-def test_probe_refuses_server_teachers_and_other_modes(demo_models, tmp_path):
+def test_probe_refuses_server_teachers(demo_models, tmp_path):
     teachers = ("teachers.models=[{backend: sglang, name: math_teacher, pool: {urls: ['http://127.0.0.1:1']}, "
                 "model_path: x}]")
     with pytest.raises(ValueError, match=r"logging\.probe_every.*in-process teachers.*math_teacher"):
