@@ -62,7 +62,8 @@ class ProbeConfig:
     max_new_tokens: int | None = None
     """Most tokens per probe response (None: rollout.sampling.max_new_tokens)."""
     seed: int = 1_000_003
-    """Sampling seed of the probe responses (response k of prompt i uses seed + i * responses_per_prompt + k)."""
+    """Sampling seed of the probe responses (response k of prompt i uses seed + i * responses_per_prompt + k);
+    unseeded when rollout.sampling.seed is null (e.g. SGLang servers without deterministic inference)."""
     file: Path | None = None
     """A probe.json written by another run to measure instead of sampling one (it must match the options
     above and the run's student tokenizer); None: <run_dir>/probe.json, sampled at the run's start."""
@@ -105,7 +106,8 @@ def split_prompts(config: ProbeConfig, train: PromptSet, domains: list[str], loa
 def sample_probe(prompts: list[Prompt], engine, sampling, teachers: dict, method, spec: dict) -> dict:
     """Sample the probe's responses with `engine` (the initial student) and route each to its target."""
     n = spec["responses_per_prompt"]
-    params = dataclasses.replace(sampling, max_new_tokens=spec["max_new_tokens"], seed=spec["seed"])
+    seed = None if sampling.seed is None else spec["seed"]  # an engine that refuses seeds samples unseeded
+    params = dataclasses.replace(sampling, max_new_tokens=spec["max_new_tokens"], seed=seed)
     requests = [RolloutRequest(p.prompt_ids, sample_id=i * n + k) for i, p in enumerate(prompts) for k in range(n)]
     rollouts = sorted(engine.generate_batch(requests, params), key=lambda r: r.sample_id)
     rows = []

@@ -22,7 +22,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 DOMAINS = ("math", "code", "ifeval")
 PROBE = ["logging.probe_every=1", "logging.probe.prompts_per_domain=2",
          "logging.probe.prompt_files=[samples:teacher/math_train.jsonl, samples:teacher/code_train.jsonl, "
-         "samples:teacher/if_train.jsonl]", "data.sampler.prompts_per_rollout=4"]
+         "samples:teacher/if_train.jsonl]", "data.sampler.prompts_per_rollout=4",
+         "optimizer.lr_decay_style=constant"]  # a resumed run with more updates keeps its learning rate
 
 
 def run(models, run_dir, *, updates, extra=()):
