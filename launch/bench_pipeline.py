@@ -56,15 +56,15 @@ def pin(pid: int, cpu: int) -> None:
 
 def build_models(root: Path, layers: int, hidden: int) -> Path:
     from dnmopd.data.tiny_tokenizer import build_tiny_tokenizer
-    from dnmopd.examples.demo_models import SHARPNESS, STUDENT_SHARPNESS, scaled_copy
+    from dnmopd.examples.demo_models import scaled_copy
     from dnmopd.student.tiny import build_tiny_hf_checkpoint
 
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor="qwen3", vocab_size=1024)
     base = build_tiny_hf_checkpoint(root / "base", arch="qwen3", vocab_size=1024, num_layers=layers,
                                     tokenizer_dir=tokenizer,
                                     overrides={"hidden_size": hidden, "intermediate_size": 2 * hidden})
-    scaled_copy(base, root / "student", STUDENT_SHARPNESS)
-    for domain, sharpness in SHARPNESS.items():
+    scaled_copy(base, root / "student", 0.25)  # a flat student and teachers of rising sharpness
+    for domain, sharpness in {"math": 0.5, "code": 1.0, "ifeval": 2.0}.items():
         scaled_copy(base, root / f"{domain}_teacher", sharpness)
     return root
 

@@ -202,6 +202,16 @@ def teacher_weights(student: dict[str, torch.Tensor], domain: str, summary: floa
     return {**student, "lm_head.weight": head}
 
 
+def scaled_copy(source: Path, target: Path, sharpness: float) -> Path:
+    """A copy of an untied HF checkpoint whose LM head (hence every logit) is multiplied by `sharpness`: the
+    one-knob teachers of the release tests and the pipeline benchmark, where what the teacher knows does not
+    matter."""
+    state = load_file(Path(source) / "model.safetensors")
+    if "lm_head.weight" not in state:
+        raise ValueError(f"{source}: no untied lm_head.weight to scale")
+    return _write_copy(Path(source), Path(target), {**state, "lm_head.weight": state["lm_head.weight"] * sharpness})
+
+
 def _write_copy(source: Path, target: Path, state: dict[str, torch.Tensor]) -> Path:
     """A copy of the HF folder `source` with `state` as its weights, written atomically."""
     tmp = target.with_name(f".{target.name}.tmp")

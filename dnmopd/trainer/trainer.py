@@ -87,10 +87,17 @@ def phase_metrics(phases: dict[str, tuple[float, float]]) -> dict[str, float]:
 
 class Trainer:
     def __init__(self, config: TrainerConfig):
-        from dnmopd.student.student import Student
-
         self.config = config
         init_distributed()
+        try:
+            self._build(config)
+        except BaseException:
+            self.close()  # a refused start-up leaves no process group, parallel state or engine behind
+            raise
+
+    def _build(self, config: TrainerConfig) -> None:
+        from dnmopd.student.student import Student
+
         if not torch.cuda.is_available():
             # megatron's torch.compile'd fusions only cost compile time on a CPU, and compiling while an
             # in-process rollout generates in another thread (train.rollout_ahead 1) changes its floats
@@ -398,11 +405,11 @@ class Trainer:
             draw_report(self.run_dir)
 
     def close(self) -> None:
-        self.pipeline.close()
-        self.mode.close()
-        self.evaluation.close()
-        if self.verification is not None:
-            self.verification.close()
-        self.dims.destroy()
+        """Release what was built (also after a failed start-up, when only part of it exists)."""
+        for part in ("pipeline", "mode", "evaluation", "verification"):
+            if getattr(self, part, None) is not None:
+                getattr(self, part).close()
+        if getattr(self, "dims", None) is not None:
+            self.dims.destroy()
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -39,7 +39,7 @@ def run_file(tmp_path: Path, student: Path, body: str) -> Path:
     ("optimizer:\n  weight_decay: -0.1\n", r"run.yaml:5: optimizer.weight_decay: must be a finite number >= 0"),
     ("optimizer:\n  clip_grad: .inf\n", r"run.yaml:5: optimizer.clip_grad: must be a finite number >= 0"),
     ("optimizer:\n  sgd_momentum: 1\n", r"run.yaml:5: optimizer.sgd_momentum: must be in \[0, 1\)"),
-    ("optimizer:\n  min_lr: 1.0\n", r"run.yaml:5: optimizer.min_lr: must be in \[0, lr = 0.002\], got 1.0"),
+    ("optimizer:\n  min_lr: 1.0\n", r"run.yaml:5: optimizer.min_lr: must be in \[0, lr = 0.0002\], got 1.0"),
     ("optimizer:\n  lr_warmup_updates: -1\n", r"run.yaml:5: optimizer.lr_warmup_updates: must be >= 0"),
     ("rollout:\n  sampling:\n    temperature: hot\n", r"run.yaml:6: rollout.sampling.temperature: expected a number"),
     ("rollout:\n  engine: {backend: inprocess, max_batch_size: x}\n",
@@ -56,8 +56,8 @@ def run_file(tmp_path: Path, student: Path, body: str) -> Path:
     ("checkpoint:\n  keep_last: -1\n", r"run.yaml:5: checkpoint.keep_last: must be >= 0, got -1"),
     ("method:\n  loss: {kind: sampled_token}\ntrain:\n  optimizer_steps_per_update: 5\n",
      r"run.yaml:7: train.optimizer_steps_per_update: 48 responses per update .* not divisible into 5 equal steps"),
-    ("train:\n  optimizer_steps_per_update: 2\n",
-     r"run.yaml:5: train.optimizer_steps_per_update: method.loss.kind full_vocab_reverse_kl supports one"),
+    ("method:\n  loss: {kind: full_vocab_reverse_kl}\ntrain:\n  optimizer_steps_per_update: 2\n",
+     r"run.yaml:7: train.optimizer_steps_per_update: method.loss.kind full_vocab_reverse_kl supports one"),
 ])
 def test_bad_values_name_the_key_and_its_line(tmp_path, student, body, message):
     with pytest.raises(ConfigError, match=message):
