@@ -10,7 +10,7 @@ DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
 SOURCES := $(shell find dnmopd native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
 
-.PHONY: venv demo test lint clean vllm-env sglang-env
+.PHONY: venv demo demo-label demo-compare test lint clean vllm-env sglang-env
 
 venv: $(PKG)
 
@@ -32,6 +32,16 @@ demo: $(PKG)
 	$(PY) -m dnmopd.examples.demo_models runs/demo-models
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
 		--config configs/demo_cpu.yaml
+
+# The Label-routed baseline of the demo (same seeds, data, models and probe set; runs/demo-cpu-label), and
+# both runs' per-domain probe KL and multipliers in one figure.
+demo-label: $(PKG)
+	$(PY) -m dnmopd.examples.demo_models runs/demo-models
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
+		--config configs/demo_cpu_label.yaml
+
+demo-compare: demo demo-label
+	$(PY) -m dnmopd.trainer.report runs/demo-cpu runs/demo-cpu-label --output runs/demo-dn-vs-label.png
 
 test: $(PKG) vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

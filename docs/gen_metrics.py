@@ -14,6 +14,7 @@ from dnmopd.trainer.evaluation import EVAL_METRICS
 from dnmopd.trainer.experience import EXPERIENCE_METRICS
 from dnmopd.trainer.modes.base import mode_class
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS
+from dnmopd.trainer.probe import PROBE_METRICS
 from dnmopd.trainer.trainer import LOOP_METRICS
 
 DOC = Path(__file__).with_name("metrics.md")
@@ -31,6 +32,7 @@ when it does not apply (e.g. `accuracy/*` without verification, a domain without
 SECTIONS = [("The update loop (`trainer.py`)", LOOP_METRICS),
             ("Rollout and scoring (`experience.py`)", EXPERIENCE_METRICS),
             ("The loss (`objectives.py`)", OBJECTIVE_METRICS),
+            ("The fixed probe set (`probe.py`, `logging.probe_every`)", PROBE_METRICS),
             *((f"Mode `{name}` (`modes/{name}.py`)", mode_class(name).metrics) for name in ("opd", "grpo", "sft")),
             ("Evaluation during training (`evaluation.py`, records of the updates it runs after)", EVAL_METRICS)]
 

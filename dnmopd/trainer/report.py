@@ -3,6 +3,7 @@
     multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
     reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
     reverse_kl_full_vocab.png   exact full-vocabulary reverse KL per domain (full-vocab loss runs)
+    probe_kl.png      exact full-vocabulary reverse KL per domain on the fixed probe set (logging.probe_every)
     phase_times.png   seconds per update of each phase (rollout, scoring, wait, train, sync; phases overlap)
     timeline.png      when each update's phases ran (wall clock): with train.rollout_ahead 1 the next
                       batch's rollout and scoring run during the current train
@@ -10,6 +11,10 @@
     eval.png          evaluation during training: eval/<suite> scores (and eval/heldout) by update
 
     python -m dnmopd.trainer.report RUN_DIR
+    python -m dnmopd.trainer.report RUN_DIR OTHER_RUN... [--output FILE]
+
+With several runs (e.g. DN-MOPD and its Label baseline on the same seed and data), one more figure draws
+every run's per-domain probe KL and applied multipliers side by side (default <RUN_DIR>/plots/comparison.png).
 """
 
 from __future__ import annotations
@@ -130,10 +135,7 @@ def _plot_training(records, out: Path) -> Path | None:
 def draw_report(run_dir: str | Path) -> list[Path]:
     """Draw every plot the run's metrics allow into <run_dir>/plots; returns the files written."""
     run_dir = Path(run_dir)
-    metrics = run_dir / METRICS_FILE
-    if not metrics.exists():
-        raise FileNotFoundError(f"{metrics} not found: is {run_dir} a run directory?")
-    records = read_metrics(metrics)
+    records = read_metrics(_metrics_file(run_dir))
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
     drawn = [_plot_multipliers(records, out),
@@ -141,18 +143,58 @@ def draw_report(run_dir: str | Path) -> list[Path]:
                          "KL (nats/token)"),
              _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
                          "Reverse KL to the routed teacher (full vocabulary)", "KL (nats/token)"),
+             _plot_lines(records, out, "probe_kl/", "probe_kl.png",
+                         "Reverse KL to the routed teacher on the fixed probe set (full vocabulary)",
+                         "KL (nats/token)"),
              _plot_lines(records, out, "eval/", "eval.png", "Evaluation during training (weights after the update)",
                          "score (%)"),
              _plot_phase_times(records, out), _plot_timeline(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 
 
+def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
+    """One figure of every run's per-domain probe KL (left) and applied multipliers (right): colour = domain,
+    line style = run."""
+    runs = [(Path(d).name, read_metrics(_metrics_file(Path(d)))) for d in run_dirs]
+    styles = ("-", "--", ":", "-.")
+    fig, (kl_ax, w_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colours: dict[str, str] = {}
+    for (name, records), style in zip(runs, styles * len(runs), strict=False):
+        for ax, lines in ((kl_ax, series(records, "probe_kl/")), (w_ax, series(records, "dn/", "/applied"))):
+            for domain, (steps, values) in sorted(lines.items()):
+                colour = colours.setdefault(domain, f"C{len(colours)}")
+                ax.plot(steps, values, linestyle=style, color=colour, label=f"{domain} ({name})")
+    if not any(series(records, "probe_kl/") for _, records in runs):
+        plt.close(fig)
+        raise ValueError(f"none of {[str(d) for d in run_dirs]} logged probe_kl/* (set logging.probe_every)")
+    kl_ax.set(xlabel="update", ylabel="KL (nats/token)", title="Reverse KL to the routed teacher, fixed probe set")
+    w_ax.set(xlabel="update", ylabel="applied multiplier w_d", title="Domain multipliers")
+    w_ax.axhline(1.0, color="grey", linewidth=0.8)
+    for ax in (kl_ax, w_ax):
+        ax.legend(fontsize=7, ncol=2)
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, output)
+
+
+def _metrics_file(run_dir: Path) -> Path:
+    metrics = run_dir / METRICS_FILE
+    if not metrics.exists():
+        raise FileNotFoundError(f"{metrics} not found: is {run_dir} a run directory?")
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Draw PNG plots of a dnmopd run from its metrics.jsonl.")
-    parser.add_argument("run_dir", help="the run directory (holds metrics.jsonl)")
+    parser = argparse.ArgumentParser(description="Draw PNG plots of a dnmopd run from its metrics.jsonl; with "
+                                                 "several runs, also a figure comparing their probe KL and "
+                                                 "multipliers.")
+    parser.add_argument("run_dirs", nargs="+", help="run directories (each holds metrics.jsonl)")
+    parser.add_argument("--output", help="the comparison figure (default: <first run>/plots/comparison.png)")
     args = parser.parse_args(argv)
-    for path in draw_report(args.run_dir):
+    for path in draw_report(args.run_dirs[0]):
         print(path)
+    if len(args.run_dirs) > 1:
+        print(draw_comparison(args.run_dirs, args.output or Path(args.run_dirs[0]) / "plots" / "comparison.png"))
 
 
 if __name__ == "__main__":

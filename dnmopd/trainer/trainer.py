@@ -7,6 +7,7 @@ One update, in the order of the data flow (`_update`):
     -> batch broadcast to the model-parallel group
     -> DN statistics all-reduced over data parallel -> multipliers, advantages, old log-probs   (mode.prepare)
     -> student forward/backward with a fused LM-head loss -> optimizer step(s)   (mode.objective, StudentForward)
+    -> the fixed probe set's exact KL to the teachers (logging.probe_every, probe.py)
     -> the batch collected ahead finishes -> weight sync to the rollout engine, verified by a probe
     -> metrics reduced by name over data parallel (+ the update's timeline) -> checkpoint
 
@@ -46,16 +47,18 @@ from dnmopd.trainer.forward_backward import StudentForward, logp_matrix, sum_met
 from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.modes.base import StepCounts, mode_class
+from dnmopd.trainer.modes.opd import teacher_output_weight
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
 from dnmopd.trainer.optimization import build_optimization
 from dnmopd.trainer.pipeline import RolloutPipeline
+from dnmopd.trainer.probe import PROBE_METRICS, FixedProbe, probe_batch, probe_rows, sample_probe, split_prompts
 from dnmopd.trainer.progress import ProgressDisplay
 from dnmopd.trainer.prompts import PromptSet
 from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
 
-PHASES = ("rollout", "scoring", "wait", "train", "sync")
+PHASES = ("rollout", "scoring", "wait", "train", "probe", "sync")
 LOOP_METRICS = MetricTable(
     ("grad_norm", "global", "Global gradient norm of the update's last optimizer step, before clipping."),
     ("skipped_steps", "global", "Optimizer steps of the update skipped (non-finite gradients)."),
@@ -66,7 +69,8 @@ LOOP_METRICS = MetricTable(
                                     "that train on it: 0 on-policy, 1 for a batch collected ahead."),
     ("time/{phase}", "max", "Seconds of a phase of the update's batch: rollout (generation), scoring (teacher "
                             "scoring and verification, overlapping the rollout), wait (training waiting for the "
-                            "batch collected ahead), train (prepare + optimizer steps), sync (weight sync)."),
+                            "batch collected ahead), train (prepare + optimizer steps), probe (the "
+                            "fixed probe set's measurement), sync (weight sync)."),
     ("timeline/{phase}/start", "min", "Wall-clock start of the phase (Unix seconds); a batch collected ahead "
                                       "has its rollout and scoring within the previous update's train."),
     ("timeline/{phase}/end", "max", "Wall-clock end of the phase (Unix seconds)."),
@@ -114,6 +118,12 @@ class Trainer:
             resolve_data_path(config.data.train_file), self.tokenizer, domains=config.data.domains,
             max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size,
             on_bad_row=config.data.on_bad_row)
+        probing = bool(config.logging.probe_every) and config.run.mode == "opd"
+        if probing:  # before the sampler: held-out probe prompts are never drawn
+            self.probe_prompts, self.prompts = split_prompts(
+                config.logging.probe, self.prompts, config.data.domains, load=lambda path: PromptSet.load(
+                    resolve_data_path(path), self.tokenizer, domains=config.data.domains,
+                    max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size))
         self.sampler = config.data.sampler.build(num_prompts=len(self.prompts), dp_rank=self.dp_rank,
                                                  dp_size=self.dp_size)
         mode = mode_class(config.run.mode)
@@ -127,12 +137,13 @@ class Trainer:
         self.optimization = build_optimization(self.student, config.optimizer, steps)
         self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens,
                                       packing=config.train.packing)
-        self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | mode.metrics
+        self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS | mode.metrics
         self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
         self.evaluation = TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
                                              engine=self.rollout_engine, rank=self.rank,
                                              model_vocab=self.student.arch.vocab_size)
         self.start_update = self._resume()
+        self.probe = self._build_probe() if probing else None  # before the engine's resync
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
@@ -226,6 +237,26 @@ class Trainer:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
 
+    def _build_probe(self) -> FixedProbe:
+        """This rank's share of the fixed probe set (logging.probe), sampled by rank 0's rollout engine (still
+        the initial student) unless stored, with the teachers' hidden states; see probe.py."""
+        def sample(spec):
+            return sample_probe(self.probe_prompts, self.rollout_engine, self.config.rollout.sampling,
+                                self.teachers, self.mode.method, spec)
+
+        rows = probe_rows(self.config, self.run_dir, resumed_at=self.start_update,
+                          vocab_size=self.student.arch.vocab_size, sample=sample if self.rank == 0 else None)
+        if len(rows) < self.dp_size:
+            raise ValueError(f"{len(rows)} probe responses for {self.dp_size} data-parallel ranks (logging.probe)")
+        names, domains = self.config.teachers.names(), list(self.config.data.domains)
+        mine = rows[self.dp_rank:: self.dp_size]
+        batch = probe_batch(mine, self.teachers, names, domains) if self.is_leader else None
+        heads = self.mode.teacher_heads or [teacher_output_weight(m.config.model_path)
+                                            for m in self.config.teachers.models if self.student.is_last_stage]
+        return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
+                          every=self.config.logging.probe_every, updates=self.config.train.updates,
+                          head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)
+
     # ------------------------------------------------------------------------------------------- services
     def _logp(self, batch: TrainBatch, head: LMHead) -> torch.Tensor:
         """[B, T] log-probs of the response tokens under the current weights, on every model-parallel rank."""
@@ -274,6 +305,11 @@ class Trainer:
         metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
         phases["train"] = (tick, time.time())
+        if self.probe is not None and self.probe.due(update):
+            self.progress.phase("probe")
+            tick = time.time()
+            metrics.update(self.probe.measure())
+            phases["probe"] = (tick, time.time())
 
         if self.mode.uses_rollout:
             self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
