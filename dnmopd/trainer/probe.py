@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from dnmopd.data.io import atomic_write
+from dnmopd.io import atomic_write
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.inprocess import InProcessTeacher
@@ -36,7 +36,7 @@ from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.metric_table import MetricTable
 from dnmopd.trainer.objectives import FullVocabReverseKL
 from dnmopd.trainer.prompts import Prompt, PromptSet
-from dnmopd.trainer.update import sum_metrics
+from dnmopd.trainer.forward_backward import sum_metrics
 
 logger = logging.getLogger(__name__)
 
