@@ -159,6 +159,8 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every):
     trainer.metric_table = trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | FakeMode.metrics
     trainer.pipeline = RolloutPipeline(trainer.mode.collect, ahead=ahead)
     trainer.start_update, trainer.last_metrics = 0, {}
+    trainer.probe = None  # the probe and the evaluation hooks have tests of their own (test_probe, test_eval_*)
+    trainer.evaluation = SimpleNamespace(due=lambda update: False, close=lambda: None)
     trainer.metrics = FakeMetrics(events)
     trainer.progress = ProgressDisplay(updates, 0, ["math"], enabled=False)
     trainer.run_dir = None
