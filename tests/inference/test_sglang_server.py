@@ -41,8 +41,14 @@ def rollout_engine(server, model_dir):
                                 update_dir=str(model_dir.parent / "sglang-updates")).build()
 
 
-def eos_id(model_dir):
-    return json.loads((model_dir / "config.json").read_text())["eos_token_id"]
+def stop_ids(model_dir) -> set[int]:
+    """The ids that end generation: config.json's eos and generation_config.json's eos ids (SGLang reads both)."""
+    ids = set()
+    for name in ("config.json", "generation_config.json"):
+        path = model_dir / name
+        value = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+        ids |= set(value if isinstance(value, list) else [] if value is None else [value])
+    return ids
 
 
 def random_requests(shapes, seed=0):
@@ -87,7 +93,7 @@ def test_rollouts_report_the_sampled_distribution(tiny_sglang, tiny_model_dir, t
         if rollout.finish_reason == "length":
             assert len(rollout.response_ids) == params.max_new_tokens
         else:  # a sampled EOS ends it early, and is kept
-            assert rollout.finish_reason == "stop" and rollout.response_ids[-1] == eos_id(tiny_model_dir)
+            assert rollout.finish_reason == "stop" and rollout.response_ids[-1] in stop_ids(tiny_model_dir)
             assert len(rollout.response_ids) <= params.max_new_tokens
 
 

@@ -13,7 +13,7 @@ from dnmopd.config import load_config
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
 
-METRICS = ("loss", "grad_norm", "kl/all", "kl_full/all", "dn/global_std", "dn/math/std", "dn/ifeval/std",
+METRICS = ("loss", "grad_norm", "kl/all", "dn/global_std", "dn/math/std", "dn/ifeval/std",
            "train_rollout_logprob_abs_diff", "response_tokens")
 
 
