@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 
 from dnmopd.config import Backend, to_plain
+from dnmopd.io import atomic_write
 from dnmopd.rollout import ROLLOUT_BACKENDS
 from dnmopd.serving.teacher_servers import TeacherServers
 from dnmopd.teachers import TEACHER_BACKENDS
@@ -171,9 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{DOC} is out of date: run python docs/gen_configuration.py", file=sys.stderr)
             return 1
         return 0
-    tmp = DOC.with_name(f".{DOC.name}.tmp")
-    tmp.write_text(updated)
-    tmp.replace(DOC)
+    with atomic_write(DOC) as f:
+        f.write(updated)
     print(f"wrote {DOC}")
     return 0
 

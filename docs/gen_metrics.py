@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from dnmopd.io import atomic_write
 from dnmopd.trainer.evaluation import EVAL_METRICS
 from dnmopd.trainer.experience import EXPERIENCE_METRICS
 from dnmopd.trainer.modes.base import mode_class
@@ -62,9 +63,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{DOC} is out of date: run python docs/gen_metrics.py", file=sys.stderr)
             return 1
         return 0
-    tmp = DOC.with_name(f".{DOC.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(DOC)
+    with atomic_write(DOC) as f:
+        f.write(text)
     print(f"wrote {DOC}")
     return 0
 

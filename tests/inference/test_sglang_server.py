@@ -6,7 +6,6 @@ sampled distribution and finish reasons, weight updates verified by the probe, t
 every answer, identity after an update, and an over-long sample that only costs itself.
 """
 
-import json
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ from sglang_servers import CONTEXT_LENGTH
 from tiny_checkpoints import perturbed_state
 
 from dnmopd.rollout.base import RolloutRequest, SamplingParams, WeightProbe
+from dnmopd.rollout.inprocess import eos_token_ids
 from dnmopd.rollout.sampling import sampling_logprobs
 from dnmopd.rollout.sglang import SGLangRollout
 from dnmopd.serving.errors import RequestRejected
@@ -39,16 +39,6 @@ def teacher(server, model_dir, **overrides):
 def rollout_engine(server, model_dir):
     return SGLangRollout.Config(model_path=str(model_dir), pool=pool(server),
                                 update_dir=str(model_dir.parent / "sglang-updates")).build()
-
-
-def stop_ids(model_dir) -> set[int]:
-    """The ids that end generation: config.json's eos and generation_config.json's eos ids (SGLang reads both)."""
-    ids = set()
-    for name in ("config.json", "generation_config.json"):
-        path = model_dir / name
-        value = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
-        ids |= set(value if isinstance(value, list) else [] if value is None else [value])
-    return ids
 
 
 def random_requests(shapes, seed=0):
@@ -93,7 +83,7 @@ def test_rollouts_report_the_sampled_distribution(tiny_sglang, tiny_model_dir, t
         if rollout.finish_reason == "length":
             assert len(rollout.response_ids) == params.max_new_tokens
         else:  # a sampled EOS ends it early, and is kept
-            assert rollout.finish_reason == "stop" and rollout.response_ids[-1] in stop_ids(tiny_model_dir)
+            assert rollout.finish_reason == "stop" and rollout.response_ids[-1] in eos_token_ids(tiny_hf_model)
             assert len(rollout.response_ids) <= params.max_new_tokens
 
 
