@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dnmopd.config import ConfigError, dump_yaml, load_config
-from dnmopd.serving.servers import write_server_map
 from dnmopd.serving.server_set import ServerSet
+from dnmopd.serving.servers import write_server_map
 from dnmopd.trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -65,7 +65,7 @@ def test_annealed_injection_replaces_one_response_per_covered_group(demo_models,
 
 
 def test_injection_bank_builder_writes_a_checked_bank(demo_models, tmp_path):
-    from dnmopd.trainer.injection_bank import build_bank
+    from dnmopd.trainer.injection_bank_builder import build_bank
 
     config = load_config(TrainerConfig, [DEMO, REPO / "configs" / "methods" / "annealed_injection.yaml"],
                          tiny_overrides(demo_models, tmp_path) + [f"method.injection.bank={tmp_path / 'bank.pt'}"])
