@@ -176,8 +176,7 @@ class Trainer:
         return ModeContext(
             config=self.config, layout=self.layout, run_dir=self.run_dir, tokenizer=self.tokenizer,
             prompts=self.prompts, head=self.head, next_prompts=self._next_prompts, experience=self._experience,
-            any_rank=self._any_rank,
-            sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
+            any_rank=self._any_rank, sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
             logp=lambda batch: self._logp(batch, self.head), run_once=self._run_once)
 
     def _next_prompts(self) -> list:
