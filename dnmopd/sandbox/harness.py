@@ -1,8 +1,9 @@
 """The harness that runs a Python program inside the sandbox (shipped there compiled, as ``harness.pyc``;
 standard library only, it runs on the bare interpreter of the minimal view).
 
-``python -I -S -B -X utf8 harness.pyc request.json`` with ``request.json`` = ``{"mode", "prelude", "packages",
-"fn_name", "tests", "output_bytes"}``; the program is ``solution.py``. Modes:
+``python -I -S -B -X utf8 harness.pyc request.json`` with ``request.json`` = ``{"entry", "prelude", "packages",
+"fn_name", "tests", "output_bytes"}``; the program is ``solution.py``. The ``entry`` says how the program is
+entered and judged:
 
 - ``script``: the program runs as ``__main__`` on the real stdin and stdout (one test per run).
 - ``call``: its function ``fn_name`` (``Solution().fn_name`` when it defines ``class Solution``) is called
@@ -13,7 +14,7 @@ standard library only, it runs on the bare interpreter of the minimal view).
   it the program is rewritten into a function ``code()`` and called with stdin and ``open`` patched as the
   reference patches them (``tests`` are input texts) and its printed output captured.
 
-In ``call`` and ``paper`` modes this process (the trusted half, which never runs program code) forks the
+With the ``call`` and ``paper`` entries this process (the trusted half, which never runs program code) forks the
 child that runs the program. The child reports each result over a pipe in frames that carry a per-run
 secret drawn before the fork, and this process writes a line ``<test> <kind> <JSON>`` per frame to stdout,
 which the child cannot reach: its stdin and stdout are /dev/null and the sandbox's stdout is a socket, which
@@ -232,7 +233,7 @@ def _paper_call_stdin(method, text):
 
 def _load(source, request):
     """Compiles and executes the program as a module; returns it (exits on a compile error)."""
-    paper = request["mode"] == "paper"
+    paper = request["entry"] == "paper"
     if paper and not request["fn_name"]:
         source = paper_stdin_program(source)
     if paper and request["prelude"]:
@@ -277,7 +278,7 @@ def _child(request, source, send_value, send_text):
     os.close(devnull)
     import signal
 
-    paper, fn_name, index = request["mode"] == "paper", request["fn_name"], 0
+    paper, fn_name, index = request["entry"] == "paper", request["fn_name"], 0
     try:
         if paper:
             import unittest.mock  # noqa: F401 - needs modules the guard removes
@@ -399,7 +400,7 @@ def main():
         source = f.read()
     if request["packages"]:
         sys.meta_path.append(_Packages(request["packages"]))
-    if request["mode"] == "script":
+    if request["entry"] == "script":
         _run_script(source, request)
         return
     secret = os.urandom(16)

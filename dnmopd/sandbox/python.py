@@ -7,7 +7,7 @@ loader's cache, ``/etc/localtime``; optionally some installed distributions (``p
 name while the directory they live in stays hidden. No project package or its data is in view.
 
 :func:`run_python` runs a program through the harness (``dnmopd/sandbox/harness.py``): as a script on stdin,
-or, in call and paper modes, in a child of the harness that reports each test's result over a channel
+or, with the call and paper entries, in a child of the harness that reports each test's result over a channel
 the program cannot write (see the harness); :func:`records` reads those results back.
 """
 
@@ -127,27 +127,28 @@ def _libraries(binaries: list[str]) -> set[str]:
     return {match.group(1) for match in _LIBRARY.finditer(listing)}
 
 
-def run_python(source: str, *, mode: str = "script", stdin: str = "", tests: list | None = None,
+def run_python(source: str, *, entry: str = "script", stdin: str = "", tests: list | None = None,
                fn_name: str | None = None, limits: Limits = DEFAULT_LIMITS, runtime: PythonRuntime | None = None,
                prelude: bool = True, isolation: str = "auto") -> SandboxResult:
     """Run ``source`` in the sandbox through the harness.
 
-    ``mode="script"``: as ``__main__`` reading ``stdin``. ``mode="call"``: its function ``fn_name`` is called
-    with each argument list of ``tests``. ``mode="paper"``: as the paper's judge runs it, all ``tests`` in one
-    process (argument lists with ``fn_name``, input texts without). In call and paper modes the results are
-    :func:`records` of the returned :class:`SandboxResult`. ``prelude`` executes ``PRELUDE`` first.
+    ``entry`` is how the program is entered and judged. ``entry="script"``: as ``__main__`` reading ``stdin``.
+    ``entry="call"``: its function ``fn_name`` is called with each argument list of ``tests``.
+    ``entry="paper"``: as the paper's judge runs it, all ``tests`` in one process (argument lists with
+    ``fn_name``, input texts without). With the call and paper entries the results are :func:`records` of the
+    returned :class:`SandboxResult`. ``prelude`` executes ``PRELUDE`` first.
     """
-    if mode not in ("script", "call", "paper"):
-        raise ValueError(f"run_python: unknown mode {mode!r} (script, call or paper)")
-    if mode == "call" and not fn_name:
-        raise ValueError("run_python: mode='call' needs fn_name")
+    if entry not in ("script", "call", "paper"):
+        raise ValueError(f"run_python: unknown entry {entry!r} (script, call or paper)")
+    if entry == "call" and not fn_name:
+        raise ValueError("run_python: entry='call' needs fn_name")
     runtime = runtime or PythonRuntime.of()
-    request = {"mode": mode, "prelude": prelude, "fn_name": fn_name, "tests": tests or [],
+    request = {"entry": entry, "prelude": prelude, "fn_name": fn_name, "tests": tests or [],
                "packages": dict(runtime.packages), "output_bytes": limits.output_bytes}
     files = {"harness.pyc": runtime.harness, "solution.py": _source_bytes(source), "request.json": json.dumps(request)}
     command = [runtime.executable, "-I", "-S", "-B", "-X", "utf8", "harness.pyc", "request.json"]
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return run(command, limits=limits, stdin=stdin if mode == "script" else "", files=files,
+    return run(command, limits=limits, stdin=stdin if entry == "script" else "", files=files,
                read_only=runtime.read_only, hidden=runtime.hidden, system_paths=False, env=env,
                isolation=isolation)
 

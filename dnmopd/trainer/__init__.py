@@ -7,5 +7,5 @@
     forward_backward  megatron schedules around the fused losses     objectives the fused-kernel losses
     optimization  megatron DDP, optimizer, LR schedule               checkpoint resumable checkpoints
     metrics       metrics.jsonl / TensorBoard / W&B                  report     PNG plots of a run
-    progress      rank-0 display                                     injection_bank  annealed injection data
+    progress      rank-0 display                                     injection_bank(_builder)  annealed injection data
 """

@@ -2,7 +2,7 @@
 engine answers the evaluation suites of `dnmopd.eval` and/or a held-out prompt file, and the scores join the
 update's metrics as `eval/<suite>` (metrics.jsonl, TensorBoard, W&B, the report's eval.png).
 
-When: `Trainer.train` calls `after_update(update)` once `_update` has returned, i.e. after the update's weight
+When: `Measurements.after_sync` (`measurements.py`) calls `after_update(update)` after the update's weight
 sync. With `train.rollout_ahead: 1` the batch collected ahead has been drained before that sync and the next
 one is only started by the next `_update`, so nothing else uses the engine during the evaluation and it
 serves exactly the weights after `update + 1` updates (those of checkpoint `iter_<update + 1>`).
@@ -38,9 +38,9 @@ from pathlib import Path
 import torch.distributed as dist
 
 from dnmopd.config import FieldValueError
-from dnmopd.io import atomic_write, write_jsonl
 from dnmopd.eval.config import CodeGradingConfig
 from dnmopd.eval.protocol import SEED, SUITES, TEMPERATURE, TOP_K, TOP_P
+from dnmopd.io import atomic_write, write_jsonl
 from dnmopd.rollout.base import RolloutRequest, SamplingParams
 from dnmopd.trainer.metric_table import MetricTable
 
@@ -129,14 +129,12 @@ class TrainingEvaluation:
             except Exception as error:  # noqa: BLE001 - reported with the option that names the suite
                 raise FieldValueError("eval.suites", f"{suite}: {error}") from error
         if self.config.prompts is not None:
-            from dnmopd.trainer.config import resolve_data_path
-            from dnmopd.trainer.prompts import PromptSet
+            from dnmopd.trainer.prompts import load_run_prompts
             from dnmopd.trainer.verification import Verification
 
             try:
-                self.prompts = PromptSet.load(
-                    resolve_data_path(self.config.prompts), self.tokenizer, domains=config.data.domains,
-                    max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=model_vocab)
+                self.prompts = load_run_prompts(self.config.prompts, self.tokenizer, config.data,
+                                                model_vocab=model_vocab)
             except Exception as error:  # noqa: BLE001 - reported with the option
                 raise FieldValueError("eval.prompts", str(error)) from error
             if self.config.limit:

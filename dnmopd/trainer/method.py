@@ -48,7 +48,7 @@ class NormalizerConfig:
 @dataclass(kw_only=True, slots=True)
 class InjectionConfig:
     bank: Path
-    """Injection bank built by `python -m dnmopd.trainer.injection_bank` (teacher trajectories per prompt)."""
+    """Injection bank built by `launch/build_injection_bank.py` (teacher trajectories per prompt)."""
     initial: float = 1.0
     """c0: the constant advantage of injected trajectories at update 0, in (0, 2]."""
     anneal_updates: int = 40

@@ -32,11 +32,13 @@ from dnmopd.io import atomic_write
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.inprocess import InProcessTeacher
-from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.batch import TrainBatch, broadcast_batch
+from dnmopd.trainer.context import Layout
+from dnmopd.trainer.forward_backward import sum_metrics
 from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.modes.opd import teacher_output_weight
 from dnmopd.trainer.objectives import FullVocabReverseKL
 from dnmopd.trainer.prompts import Prompt, PromptSet
-from dnmopd.trainer.forward_backward import sum_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +196,29 @@ def probe_batch(rows: list[dict], teachers: dict, teacher_names: list[str], doma
             batch.teacher_hidden[i, : len(row["response_ids"]), slot * width: (slot + 1) * width] = hidden[i, name]
         batch.teacher_index[i] = -1 if row["target"] == POOL else teacher_names.index(row["target"])
     return batch
+
+
+def build_probe(config, run_dir: Path, *, resumed_at: int, layout: Layout, vocab_size: int, leader: int, dims,
+                prompts: list[Prompt], engine, teachers: dict, mode, head, forward) -> FixedProbe:
+    """This rank's share of the fixed probe set, sampled from `prompts` by rank 0's rollout `engine` (still the
+    initial student) unless stored, with the hidden states of the `teachers` the `mode`'s method routes to.
+    Every rank calls it, after the run's resume (`resumed_at`) and before the engine's resync to its weights;
+    `leader` is the rank's model-parallel leader (`dims.pg.mp`), the one that holds the engine and teachers."""
+    def sample(spec):
+        return sample_probe(prompts, engine, config.rollout.sampling, teachers, mode.method, spec)
+
+    rows = probe_rows(config, run_dir, resumed_at=resumed_at, vocab_size=vocab_size,
+                      sample=sample if layout.rank == 0 else None)
+    if len(rows) < layout.dp_size:
+        raise ValueError(f"{len(rows)} probe responses for {layout.dp_size} data-parallel ranks (logging.probe)")
+    names, domains = config.teachers.names(), list(config.data.domains)
+    mine = rows[layout.dp_rank:: layout.dp_size]
+    batch = probe_batch(mine, teachers, names, domains) if layout.is_leader else None
+    heads = mode.teacher_heads or [teacher_output_weight(m.config.model_path)
+                                   for m in config.teachers.models if layout.is_last_stage]
+    return FixedProbe(broadcast_batch(batch, leader, dims.pg.mp), heads, tuple(domains),
+                      every=config.logging.probe_every, updates=config.train.updates,
+                      head=head, forward=forward, pp_group=dims.pg.pp)
 
 
 class FixedProbe:

@@ -7,19 +7,20 @@ One update, in the order of the data flow (`_update`):
     -> batch broadcast to the model-parallel group
     -> DN statistics all-reduced over data parallel -> multipliers, advantages, old log-probs   (mode.prepare)
     -> student forward/backward with a fused LM-head loss -> optimizer step(s)   (mode.objective, StudentForward)
-    -> the fixed probe set's exact KL to the teachers (logging.probe_every, probe.py)
+    -> the fixed probe set's exact KL to the teachers (logging.probe_every; measurements.py, probe.py)
     -> the batch collected ahead finishes -> weight sync to the rollout engine, verified by a probe
-    -> metrics reduced by name over data parallel (+ the update's timeline) -> checkpoint
+    -> metrics reduced by name over data parallel (+ the update's timeline)
+    -> evaluation by the synced rollout engine (eval:; measurements.py, evaluation.py) -> checkpoint
 
 Modes see the run only through a `ModeContext` (`context`); the trainer owns the services behind it (sampler,
 rollout engine, teachers, verifiers, student forward, collectives) and builds and closes them. Extension
 points: a measurement joins the update's metrics in `_update` (declare its names in a MetricTable and add the
-table to `_metric_table`); work on the freshly synced rollout engine belongs after `_sync_weights`, as the
-evaluation (`evaluation.py`) runs after `_update`.
+table to `metric_table`); a measurement of the updated weights joins `Measurements` (`measurements.py`): after
+the optimizer steps for the student's weights, after the weight sync for the rollout engine's.
 
 Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
-sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, evaluation
-(`eval:`), checkpoint resume, metrics.
+sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, measurements
+(the evaluation's checks), checkpoint resume, the fixed probe (sampled by the initial student), metrics.
 """
 
 from __future__ import annotations
@@ -39,21 +40,21 @@ from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint
 from dnmopd.trainer.batch import TrainBatch, broadcast_batch
 from dnmopd.trainer.collectives import all_reduce_max, all_reduce_sum, broadcast_tensor
-from dnmopd.trainer.config import TrainerConfig, resolve_data_path
+from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.context import Layout, ModeContext
 from dnmopd.trainer.evaluation import TrainingEvaluation
 from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
 from dnmopd.trainer.forward_backward import StudentForward, logp_matrix, sum_metrics
+from dnmopd.trainer.measurements import Measurements
 from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.modes.base import StepCounts, mode_class
-from dnmopd.trainer.modes.opd import teacher_output_weight
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
 from dnmopd.trainer.optimization import build_optimization
 from dnmopd.trainer.pipeline import RolloutPipeline
-from dnmopd.trainer.probe import PROBE_METRICS, FixedProbe, probe_batch, probe_rows, sample_probe, split_prompts
+from dnmopd.trainer.probe import PROBE_METRICS, build_probe, split_prompts
 from dnmopd.trainer.progress import ProgressDisplay
-from dnmopd.trainer.prompts import PromptSet
+from dnmopd.trainer.prompts import load_run_prompts
 from dnmopd.trainer.verification import Verification
 
 logger = logging.getLogger(__name__)
@@ -114,16 +115,17 @@ class Trainer:
 
         self.student = Student.from_hf(config.student.hf_path, self.dims, config.student)
         self.tokenizer = PromptTokenizer.from_pretrained(config.student.hf_path)
-        self.prompts = PromptSet.load(
-            resolve_data_path(config.data.train_file), self.tokenizer, domains=config.data.domains,
-            max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size,
-            on_bad_row=config.data.on_bad_row)
+        self.layout = Layout(self.rank, self.is_leader, self.student.is_last_stage, self.dp_rank, self.dp_size)
+        vocab = self.student.arch.vocab_size
+
+        def load_prompts(path):
+            return load_run_prompts(path, self.tokenizer, config.data, model_vocab=vocab)
+
+        self.prompts = load_prompts(config.data.train_file)
         probing = bool(config.logging.probe_every) and config.run.mode == "opd"
         if probing:  # before the sampler: held-out probe prompts are never drawn
-            self.probe_prompts, self.prompts = split_prompts(
-                config.logging.probe, self.prompts, config.data.domains, load=lambda path: PromptSet.load(
-                    resolve_data_path(path), self.tokenizer, domains=config.data.domains,
-                    max_prompt_tokens=config.data.max_prompt_tokens, model_vocab=self.student.arch.vocab_size))
+            probe_prompts, self.prompts = split_prompts(config.logging.probe, self.prompts, config.data.domains,
+                                                        load=load_prompts)
         self.sampler = config.data.sampler.build(num_prompts=len(self.prompts), dp_rank=self.dp_rank,
                                                  dp_size=self.dp_size)
         mode = mode_class(config.run.mode)
@@ -139,11 +141,15 @@ class Trainer:
                                       packing=config.train.packing)
         self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS | mode.metrics
         self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
-        self.evaluation = TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
-                                             engine=self.rollout_engine, rank=self.rank,
-                                             model_vocab=self.student.arch.vocab_size)
+        self.measurements = Measurements(TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
+                                                            engine=self.rollout_engine, rank=self.rank,
+                                                            model_vocab=vocab))
         self.start_update = self._resume()
-        self.probe = self._build_probe() if probing else None  # before the engine's resync
+        if probing:  # before the engine's resync
+            self.measurements.probe = build_probe(
+                config, self.run_dir, resumed_at=self.start_update, layout=self.layout, vocab_size=vocab,
+                leader=self.leader, dims=self.dims, prompts=probe_prompts, engine=self.rollout_engine,
+                teachers=self.teachers, mode=self.mode, head=self.head, forward=self.forward)
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
@@ -167,11 +173,10 @@ class Trainer:
         return rollout_class(engine.backend)(engine.config)
 
     def _context(self) -> ModeContext:
-        layout = Layout(self.rank, self.is_leader, self.student.is_last_stage, self.dp_rank, self.dp_size)
         return ModeContext(
-            config=self.config, layout=layout, run_dir=self.run_dir, tokenizer=self.tokenizer, prompts=self.prompts,
-            head=self.head, next_prompts=self._next_prompts, experience=self._experience, any_rank=self._any_rank,
-            sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
+            config=self.config, layout=self.layout, run_dir=self.run_dir, tokenizer=self.tokenizer,
+            prompts=self.prompts, head=self.head, next_prompts=self._next_prompts, experience=self._experience,
+            any_rank=self._any_rank, sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
             logp=lambda batch: self._logp(batch, self.head), run_once=self._run_once)
 
     def _next_prompts(self) -> list:
@@ -237,26 +242,6 @@ class Trainer:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
 
-    def _build_probe(self) -> FixedProbe:
-        """This rank's share of the fixed probe set (logging.probe), sampled by rank 0's rollout engine (still
-        the initial student) unless stored, with the teachers' hidden states; see probe.py."""
-        def sample(spec):
-            return sample_probe(self.probe_prompts, self.rollout_engine, self.config.rollout.sampling,
-                                self.teachers, self.mode.method, spec)
-
-        rows = probe_rows(self.config, self.run_dir, resumed_at=self.start_update,
-                          vocab_size=self.student.arch.vocab_size, sample=sample if self.rank == 0 else None)
-        if len(rows) < self.dp_size:
-            raise ValueError(f"{len(rows)} probe responses for {self.dp_size} data-parallel ranks (logging.probe)")
-        names, domains = self.config.teachers.names(), list(self.config.data.domains)
-        mine = rows[self.dp_rank:: self.dp_size]
-        batch = probe_batch(mine, self.teachers, names, domains) if self.is_leader else None
-        heads = self.mode.teacher_heads or [teacher_output_weight(m.config.model_path)
-                                            for m in self.config.teachers.models if self.student.is_last_stage]
-        return FixedProbe(broadcast_batch(batch, self.leader, self.dims.pg.mp), heads, tuple(domains),
-                          every=self.config.logging.probe_every, updates=self.config.train.updates,
-                          head=self.head, forward=self.forward, pp_group=self.dims.pg.pp)
-
     # ------------------------------------------------------------------------------------------- services
     def _logp(self, batch: TrainBatch, head: LMHead) -> torch.Tensor:
         """[B, T] log-probs of the response tokens under the current weights, on every model-parallel rank."""
@@ -275,9 +260,7 @@ class Trainer:
         try:
             for update in range(self.start_update, self.config.train.updates):
                 metrics = self._update(update)
-                if self.evaluation.due(update):
-                    self.progress.phase("eval")
-                    metrics.update(self.evaluation.after_update(update))  # the engine serves update + 1's weights
+                metrics.update(self.measurements.after_sync(update, self.progress))
                 self.last_metrics = metrics
                 self.metrics.log(update, metrics)
                 self.progress.finished(update, metrics)
@@ -305,11 +288,7 @@ class Trainer:
         metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
         phases["train"] = (tick, time.time())
-        if self.probe is not None and self.probe.due(update):
-            self.progress.phase("probe")
-            tick = time.time()
-            metrics.update(self.probe.measure())
-            phases["probe"] = (tick, time.time())
+        metrics.update(self.measurements.after_training(update, self.progress, phases))
 
         if self.mode.uses_rollout:
             self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
@@ -406,7 +385,7 @@ class Trainer:
 
     def close(self) -> None:
         """Release what was built (also after a failed start-up, when only part of it exists)."""
-        for part in ("pipeline", "mode", "evaluation", "verification"):
+        for part in ("pipeline", "mode", "measurements", "verification"):
             if getattr(self, part, None) is not None:
                 getattr(self, part).close()
         if getattr(self, "dims", None) is not None:

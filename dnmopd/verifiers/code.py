@@ -314,7 +314,7 @@ class CodeJudge:
                   limits: Limits) -> Judgment | None:
         prelude = self.config.prelude
         if fn_name is None:
-            result = self._run(program, limits, mode="script", stdin=given, prelude=prelude)
+            result = self._run(program, limits, entry="script", stdin=given, prelude=prelude)
             if result.limit or not result.ok:
                 return _ended_early(result, index)
             try:
@@ -322,7 +322,7 @@ class CodeJudge:
             except UnicodeDecodeError:
                 return Judgment(False, "wrong_answer", index, "the output is not UTF-8 text")
             return None if outputs_match(text, expected) else Judgment(False, "wrong_answer", index, _printable(text))
-        result = self._run(program, limits, mode="call", fn_name=fn_name, tests=[given], prelude=prelude)
+        result = self._run(program, limits, entry="call", fn_name=fn_name, tests=[given], prelude=prelude)
         found = records(result)
         if result.limit:
             return _ended_early(result, index)
@@ -332,8 +332,8 @@ class CodeJudge:
         return self._check_record(found[0], expected, returns_match, index)
 
     def _judge_paper(self, program: str, tests: Tests) -> Judgment:
-        mode = {"mode": "paper", "fn_name": tests.fn_name, "tests": tests.inputs, "prelude": True}
-        result = self._run(program, self.config.limits, **mode)
+        result = self._run(program, self.config.limits, entry="paper", fn_name=tests.fn_name, tests=tests.inputs,
+                           prelude=True)
         found = records(result)
         compare = paper_returns_match if tests.fn_name else paper_outputs_match
         for index, expected in enumerate(tests.outputs):

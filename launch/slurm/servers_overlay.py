@@ -4,7 +4,7 @@
         --map runs/job/servers-2.json@gpu-node-2 --map runs/job/servers-3.json@gpu-node-3 \
         --output runs/job/servers.yaml [--update-dir runs/job/rollout_weights]
 
-`launch/start_teachers.py` writes a server map (name -> backend, model path, URLs) once its servers are
+`launch/start_servers.py` writes a server map (name -> backend, model path, URLs) once its servers are
 healthy. This tool reads the run's merged config and the maps and writes an overlay that
 
 - gives every HTTP teacher in `teachers.models` (matched by name) the served model path and the URLs of all

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dnmopd.config import ConfigError, dump_yaml, load_config
+from dnmopd.serving.server_set import ServerSet
 from dnmopd.serving.servers import write_server_map
-from dnmopd.serving.teacher_servers import TeacherServers
 from dnmopd.trainer.config import TrainerConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,7 +198,7 @@ def test_h100_cluster_layout():
 
 
 def servers(name):
-    return load_config(TeacherServers, CONFIGS / "clusters" / f"{name}.servers.yaml")
+    return load_config(ServerSet, CONFIGS / "clusters" / f"{name}.servers.yaml")
 
 
 def test_server_layouts():
@@ -308,7 +308,7 @@ H100_RUN = ["recipes/student_opd", "models/qwen3.5-9b", "methods/uniform_pool", 
 
 
 def h100_maps(tmp_path, student="/models/Qwen3.5-9B"):
-    """The server maps start_teachers.py writes for the two server nodes of the H100 layout (bind-all hosts)."""
+    """The server maps start_servers.py writes for the two server nodes of the H100 layout (bind-all hosts)."""
     rollout, teachers = tmp_path / "servers-0.json", tmp_path / "servers-1.json"
     write_server_map(rollout, {"rollout": ("sglang", student, [f"http://0.0.0.0:{30000 + i}" for i in range(8)])})
     write_server_map(teachers, {

@@ -120,7 +120,7 @@ def test_four_node_layout(tmp_path):
     commands = dry_run(tmp_path, ["n0", "n1", "n2", "n3"], [
         "--train-nodes", "2", "--servers", "configs/clusters/h100_4nodes_9b.rollout.servers.yaml",
         "--servers", "configs/clusters/h100_4nodes_9b.teachers.servers.yaml", *TRAINER_ARGS])
-    servers = find(commands, "launch/start_teachers.py")
+    servers = find(commands, "launch/start_servers.py")
     assert [next(a for a in c if a.startswith("--nodelist=")) for c in servers] == ["--nodelist=n2", "--nodelist=n3"]
     assert [c[c.index("--config") + 1] for c in servers] == [
         "configs/clusters/h100_4nodes_9b.rollout.servers.yaml", "configs/clusters/h100_4nodes_9b.teachers.servers.yaml"]
@@ -140,7 +140,7 @@ def test_four_node_layout(tmp_path):
 def test_one_node_with_servers_beside_the_trainer(tmp_path):
     commands = dry_run(tmp_path, ["gpu7"], ["--gpus-per-node", "4", "--servers",
                                              "configs/clusters/one_node_8gpu.servers.yaml@0", *TRAINER_ARGS])
-    (server,) = find(commands, "launch/start_teachers.py")
+    (server,) = find(commands, "launch/start_servers.py")
     assert "--nodelist=gpu7" in server and "--overlap" in server
     (train,) = [c for c in commands if "torchrun" in c]
     assert "--nodes=1" in train and train[train.index("--nproc_per_node") + 1] == "4"
@@ -149,7 +149,7 @@ def test_one_node_with_servers_beside_the_trainer(tmp_path):
 
 def test_a_run_without_servers_starts_only_the_trainer(tmp_path):
     commands = dry_run(tmp_path, ["a", "b"], ["--", "--config", "configs/recipes/seqkd_sft.yaml"])
-    assert not find(commands, "launch/start_teachers.py") and not find(commands, "launch/slurm/servers_overlay.py")
+    assert not find(commands, "launch/start_servers.py") and not find(commands, "launch/slurm/servers_overlay.py")
     (train,) = [c for c in commands if "torchrun" in c]
     assert train[train.index("--nnodes") + 1] == "2" and train[-2:] == ["--config", "configs/recipes/seqkd_sft.yaml"]
 

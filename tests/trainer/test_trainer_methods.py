@@ -1,5 +1,6 @@
 """Three updates of every method on the demo's tiny models, in this process (world size 1)."""
 
+import importlib.util
 import math
 
 import pytest
@@ -64,15 +65,17 @@ def test_annealed_injection_replaces_one_response_per_covered_group(demo_models,
     assert [r["injection/samples"] for r in records] == [3.0, 3.0, 0.0]  # one per prompt group, none once c = 0
 
 
-def test_injection_bank_builder_writes_a_checked_bank(demo_models, tmp_path):
-    from dnmopd.trainer.injection_bank import build_bank
-
-    config = load_config(TrainerConfig, [DEMO, REPO / "configs" / "methods" / "annealed_injection.yaml"],
-                         tiny_overrides(demo_models, tmp_path) + [f"method.injection.bank={tmp_path / 'bank.pt'}"])
-    lines = []
-    bank = build_bank(config, tmp_path / "bank.pt", log=lines.append)
-    assert lines[-1] == f"wrote {tmp_path / 'bank.pt'}: {len(bank)} entries from 48 prompts"
-    assert len(InjectionBank.load(tmp_path / "bank.pt")) == len(bank)  # tiny random teachers rarely verify
+def test_injection_bank_builder_writes_a_checked_bank(demo_models, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("build_injection_bank", REPO / "launch" / "build_injection_bank.py")
+    command = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(command)
+    overrides = tiny_overrides(demo_models, tmp_path) + [f"method.injection.bank={tmp_path / 'bank.pt'}"]
+    args = ["--config", str(DEMO), "--config", str(REPO / "configs" / "methods" / "annealed_injection.yaml"),
+            *(arg for override in overrides for arg in ("--set", override)), "--output", str(tmp_path / "bank.pt")]
+    assert command.main(args) == 0
+    bank = InjectionBank.load(tmp_path / "bank.pt")  # tiny random teachers rarely verify
+    written = capsys.readouterr().out.splitlines()[-1]
+    assert written == f"wrote {tmp_path / 'bank.pt'}: {len(bank)} entries from 48 prompts"
     (tmp_path / "bank.pt.sha256").write_text("0" * 64 + "  bank.pt\n")
     with pytest.raises(ValueError, match="does not match its checksum"):
         InjectionBank.load(tmp_path / "bank.pt")

@@ -1,9 +1,10 @@
 """The update loop's order and metrics with fake engines: no megatron model, no process group.
 
-The loop (`Trainer.train`, `_update`, `_optimize`, `_sync_weights`) runs as the trainer runs it; what it drives
-is replaced: a mode whose batches are fixed token rows, a one-matrix "student" whose forward calls the real
-objectives (`TokenCrossEntropy`, `LogProbs`) on its output weight, a rollout engine that records the weights and
-the probe, an optimizer that records its steps. Every call lands in one event log."""
+The loop (`Trainer.train`, `_update`, `_optimize`, `_sync_weights`, the `Measurements` after an update) runs as
+the trainer runs it; what it drives is replaced: a mode whose batches are fixed token rows, a one-matrix
+"student" whose forward calls the real objectives (`TokenCrossEntropy`, `LogProbs`) on its output weight, a
+rollout engine that records the weights and the probe, an optimizer that records its steps, a fixed probe and an
+evaluation that record when they measure. Every call lands in one event log."""
 
 from types import SimpleNamespace
 
@@ -14,10 +15,12 @@ from dnmopd.trainer import trainer as trainer_module
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.experience import EXPERIENCE_METRICS
 from dnmopd.trainer.forward_backward import TokenView
-from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.measurements import Measurements
+from dnmopd.trainer.metric_table import Mean, MetricTable
 from dnmopd.trainer.modes.base import Collected, Mode
 from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, TokenCrossEntropy
 from dnmopd.trainer.pipeline import RolloutPipeline
+from dnmopd.trainer.probe import PROBE_METRICS
 from dnmopd.trainer.progress import ProgressDisplay
 
 VOCAB, HIDDEN = 11, 4
@@ -127,6 +130,36 @@ class FakeRolloutEngine:
         self.events.append(("update_weights", probe.token_ids))
 
 
+class FakeProbe:
+    """Due after updates in `due_at`; its measurement is the update's number, as this rank's part of a mean."""
+
+    def __init__(self, events, due_at):
+        self.events, self.due_at, self.measured = events, due_at, 0
+
+    def due(self, update):
+        return update in self.due_at
+
+    def measure(self):
+        self.events.append(("probe",))
+        self.measured += 1
+        return {"probe_kl/all": Mean(2.0 * self.measured, 2.0)}
+
+
+class FakeEvaluation:
+    def __init__(self, events, due_at):
+        self.events, self.due_at = events, due_at
+
+    def due(self, update):
+        return update in self.due_at
+
+    def after_update(self, update):
+        self.events.append(("eval", update))
+        return {"eval/heldout": 10.0 * update}
+
+    def close(self):
+        self.events.append(("eval_closed",))
+
+
 class FakeMetrics:
     def __init__(self, events):
         self.events, self.records = events, {}
@@ -139,7 +172,7 @@ class FakeMetrics:
         self.events.append(("metrics_closed",))
 
 
-def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every):
+def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(), eval_at=()):
     events = []
     forward = FakeForward(events)
     config = SimpleNamespace(
@@ -156,11 +189,12 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every):
     trainer.mode = FakeMode(SimpleNamespace(config=config, head=head), events)
     trainer.optimization = FakeOptimization(forward, events)
     trainer.rollout_engine = FakeRolloutEngine(forward, events)
-    trainer.metric_table = trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | FakeMode.metrics
+    trainer.metric_table = (trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS
+                            | FakeMode.metrics)
     trainer.pipeline = RolloutPipeline(trainer.mode.collect, ahead=ahead)
     trainer.start_update, trainer.last_metrics = 0, {}
-    trainer.probe = None  # the probe and the evaluation hooks have tests of their own (test_probe, test_eval_*)
-    trainer.evaluation = SimpleNamespace(due=lambda update: False, close=lambda: None)
+    # what the probe and the evaluation measure has tests of their own (test_probe, test_eval_during_training)
+    trainer.measurements = Measurements(FakeEvaluation(events, eval_at), FakeProbe(events, probe_at))
     trainer.metrics = FakeMetrics(events)
     trainer.progress = ProgressDisplay(updates, 0, ["math"], enabled=False)
     trainer.run_dir = None
@@ -204,6 +238,36 @@ def test_on_policy_loop_order_and_metrics(monkeypatch):
         assert record["time/train"] >= 0 and record["time/sync"] >= 0 and record["throughput/tokens_per_s"] > 0
         assert "time/wait" not in record
     assert trainer.last_metrics is trainer.metrics.records[2]
+    assert all("probe_kl/all" not in r and "time/probe" not in r and "eval/heldout" not in r
+               for r in trainer.metrics.records.values())
+
+
+def test_measurements_after_training_and_after_the_weight_sync(monkeypatch):
+    """The probe measures the trained weights before the batch collected ahead finishes and the weights are
+    synced; the evaluation runs on the synced engine, before the update's metrics are logged and saved."""
+    trainer, events, _ = fake_trainer(monkeypatch, updates=3, steps=1, ahead=1, save_every=10, probe_at=(0, 2),
+                                      eval_at=(1, 2))
+    try:
+        trainer.train()
+    finally:
+        trainer.pipeline.close()
+    trainer.measurements.close()
+    sync = ("update_weights", tuple(PROMPTS[0] + RESPONSES[0]))
+    main_thread = [e for e in events if e[0] in ("prepare", "step", "probe", "eval", "log", "save", "eval_closed")
+                   or e == sync]
+    assert main_thread == [
+        ("prepare", 0, 0), ("step", True), ("probe",), sync, ("log", 0),
+        ("prepare", 1, 1), ("step", False), sync, ("eval", 1), ("log", 1),
+        ("prepare", 2, 1), ("step", True), ("probe",), sync, ("eval", 2), ("log", 2), ("save", 3),
+        ("eval_closed",)]
+    records = trainer.metrics.records
+    assert [records[u].get("probe_kl/all") for u in range(3)] == [1.0, None, 2.0]  # Mean(2k, 2) reduced: k
+    assert [records[u].get("eval/heldout") for u in range(3)] == [None, 10.0, 20.0]
+    assert all(records[u]["time/probe"] >= 0 for u in (0, 2)) and "time/probe" not in records[1]
+    # the probe's phase lies between the update's train phase and its weight sync
+    for u in (0, 2):
+        assert records[u]["timeline/train/end"] <= records[u]["timeline/probe/start"]
+        assert records[u]["timeline/probe/end"] <= records[u]["timeline/sync/start"]
 
 
 def test_rollout_ahead_collects_the_next_batch_before_training(monkeypatch):

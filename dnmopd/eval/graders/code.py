@@ -114,9 +114,9 @@ class LCBGrader:
             want = json.loads(expected) if fn_name else expected
         except json.JSONDecodeError as exc:
             raise GraderError(f"{where}: a functional test is not JSON ({exc})") from exc
-        mode = dict(mode="call", fn_name=fn_name, tests=[arguments]) if fn_name else dict(mode="script", stdin=given)
+        how = dict(entry="call", fn_name=fn_name, tests=[arguments]) if fn_name else dict(entry="script", stdin=given)
         try:
-            result = run_python(program, limits=limits, runtime=self.runtime, **mode)
+            result = run_python(program, limits=limits, runtime=self.runtime, **how)
         except SandboxError as exc:
             raise GraderError(f"{where}: the sandbox could not run the program: {exc}") from exc
         if isolation_rank(result.isolation) > isolation_rank(self.min_isolation):

@@ -1,6 +1,7 @@
-"""A set of teacher servers: start them all, wait for health, write the server map, stop them all.
+"""A set of inference servers (teachers' scorers, the student's rollout engines): start them all, wait for
+health, write the server map, stop them all.
 
-Servers that share a `name` are replicas of one teacher and share one server-map entry.
+Servers that share a `name` are replicas of one model and share one server-map entry.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(kw_only=True, slots=True)
-class TeacherServers:
+class ServerSet:
     servers: list[ServerSpec] = field(default_factory=list)
-    """One entry per server process; entries with the same name are replicas of one teacher."""
-    map_path: str = "runs/teacher_servers.json"
+    """One entry per server process; entries with the same name are replicas of one model."""
+    map_path: str = "runs/servers.json"
     """Where the server map is written once every server is healthy (removed again on stop)."""
     log_dir: str = "runs/server_logs"
     """Each server's output goes to <log_dir>/<name>-<port>.log."""
@@ -28,19 +29,19 @@ class TeacherServers:
 
     def __post_init__(self):
         if not self.servers:
-            raise ValueError("TeacherServers.servers: give at least one server")
+            raise ValueError("ServerSet.servers: give at least one server")
         ports = [(s.host, s.port) for s in self.servers]
         if len(set(ports)) != len(ports):
-            raise ValueError(f"TeacherServers.servers: two servers share a host:port in {ports}")
+            raise ValueError(f"ServerSet.servers: two servers share a host:port in {ports}")
         for spec in self.servers:
             first = next(s for s in self.servers if s.name == spec.name)
             if (spec.backend, spec.model_path) != (first.backend, first.model_path):
                 raise ValueError(
-                    f"TeacherServers.servers: replicas of {spec.name!r} disagree on backend/model_path"
+                    f"ServerSet.servers: replicas of {spec.name!r} disagree on backend/model_path"
                 )
 
 
-def start_servers(config: TeacherServers) -> list[ServerProcess]:
+def start_servers(config: ServerSet) -> list[ServerProcess]:
     """Start every server, wait until all are healthy, write the map. On failure stop all and raise."""
     processes = [
         ServerProcess(spec, Path(config.log_dir) / f"{spec.name}-{spec.port}.log") for spec in config.servers
@@ -64,7 +65,7 @@ def start_servers(config: TeacherServers) -> list[ServerProcess]:
     return processes
 
 
-def stop_servers(processes: list[ServerProcess], config: TeacherServers) -> None:
+def stop_servers(processes: list[ServerProcess], config: ServerSet) -> None:
     """Stop every server (SIGTERM, then SIGKILL) and remove the map so nothing reads stale addresses."""
     Path(config.map_path).unlink(missing_ok=True)
     for process in processes:

@@ -1,10 +1,10 @@
-"""Start one SGLang or vLLM server per teacher, wait for health, write the server map, stop them on exit.
+"""Start a set of SGLang or vLLM servers (teachers, rollout engines); wait for health, write the server map.
 
-    python launch/start_teachers.py --config teachers.yaml [--set map_path=runs/x/servers.json]
+    python launch/start_servers.py --config servers.yaml [--set map_path=runs/x/servers.json]
 
-The YAML is a `dnmopd.serving.teacher_servers.TeacherServers`:
+The YAML is a `dnmopd.serving.server_set.ServerSet`:
 
-    map_path: runs/demo/teacher_servers.json
+    map_path: runs/demo/servers.json
     health_timeout_s: 1800
     servers:
       - {name: math_teacher, backend: sglang, model_path: /ckpt/math, port: 13141, gpus: "4",
@@ -26,12 +26,12 @@ import sys
 import time
 
 from dnmopd.config.loader import ConfigError, load_config
-from dnmopd.serving.teacher_servers import TeacherServers, start_servers, stop_servers
+from dnmopd.serving.server_set import ServerSet, start_servers, stop_servers
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", required=True, nargs="+", help="TeacherServers YAML file(s), merged in order")
+    parser.add_argument("--config", required=True, nargs="+", help="ServerSet YAML file(s), merged in order")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key (repeatable)")
     return parser.parse_args(argv)
@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     args = parse_args(argv)
     try:
-        config = load_config(TeacherServers, args.config, args.overrides)
+        config = load_config(ServerSet, args.config, args.overrides)
     except ConfigError as error:
-        print(f"start_teachers: {error}", file=sys.stderr)
+        print(f"start_servers: {error}", file=sys.stderr)
         return 2
     stop_requested = False
 
@@ -56,20 +56,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         processes = start_servers(config)
     except (RuntimeError, TimeoutError) as error:
-        print(f"start_teachers: {error}", file=sys.stderr)
+        print(f"start_servers: {error}", file=sys.stderr)
         return 1
-    print(f"start_teachers: all {len(processes)} servers healthy; server map at {config.map_path}", flush=True)
+    print(f"start_servers: all {len(processes)} servers healthy; server map at {config.map_path}", flush=True)
     try:
         while not stop_requested:
             dead = [p for p in processes if p.process.poll() is not None]
             if dead:
-                print(f"start_teachers: {dead[0].spec.name} exited:\n{dead[0].log_tail()}", file=sys.stderr)
+                print(f"start_servers: {dead[0].spec.name} exited:\n{dead[0].log_tail()}", file=sys.stderr)
                 return 1
             time.sleep(1.0)
         return 0
     finally:
         stop_servers(processes, config)
-        print("start_teachers: all servers stopped", flush=True)
+        print("start_servers: all servers stopped", flush=True)
 
 
 if __name__ == "__main__":

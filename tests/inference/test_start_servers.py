@@ -1,4 +1,4 @@
-"""launch/start_teachers.py with stand-in server executables (replay servers behind the real command lines):
+"""launch/start_servers.py with stand-in server executables (replay servers behind the real command lines):
 health wait, server map, scoring through the map, clean stop, and failures that stop everything; and once
 end to end with a real SGLang server."""
 
@@ -21,7 +21,7 @@ from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.servers import read_server_map
 from dnmopd.teachers.sglang import SGLangTeacher
 
-SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "start_teachers.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "start_servers.py"
 REPLAY = Path(__file__).with_name("replay_server.py")
 
 

@@ -1,0 +1,41 @@
+"""Build the injection bank of annealed teacher-trajectory injection from a run's configs (in-process teachers).
+
+    python launch/build_injection_bank.py --config configs/recipes/student_opd.yaml \
+        --config configs/methods/annealed_injection.yaml --output runs/injection_bank.pt
+
+Give the same --config files and --set overrides as the run: the bank holds one verified answer of the
+label-routed teacher per prompt of data.train_file, keyed by the prompt's token ids under the run's tokenizer
+and template (`dnmopd.trainer.injection_bank_builder`). A GPU is advised.
+"""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--config", action="append", required=True, help="run config YAML (repeatable)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one config value (repeatable)")
+    parser.add_argument("--output", required=True, type=Path, help="bank file to write (e.g. runs/bank.pt)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    from dnmopd.config import ConfigError, load_config
+    from dnmopd.trainer.config import TrainerConfig
+    from dnmopd.trainer.injection_bank_builder import build_bank
+
+    try:
+        config = load_config(TrainerConfig, args.config, args.overrides)
+    except ConfigError as err:
+        print(f"config error: {err}", file=sys.stderr)
+        return 2
+    build_bank(config, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
