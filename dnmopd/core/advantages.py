@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import torch
 
-
 # --------------------------------------------------------------------------------------------- GRPO
 GRPO_STD_EPS = 1e-6
 
