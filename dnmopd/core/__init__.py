@@ -1,10 +1,12 @@
-"""The DN-MOPD algorithm core: pure tensor functions, no I/O, no process-group creation.
+"""The DN-MOPD algorithm core: pure functions and small stateful pieces, no I/O, no process groups.
 
-statistics   per-domain float64 sufficient statistics of r = log p_teacher - log p_rollout, reduction
-normalizer   DomainNormalizer: w_d = clip(sigma_all / sigma_d) in modes dn / observe / fixed / frozen
-routing      which teacher's log-probs are a response's target (label, single, pool, dynamic)
-advantages   reverse-KL advantages and their scaling, GRPO group advantages, injection schedule
-losses       clipped OPD loss with response-mean reduction, SFT cross-entropy
+statistics   the (4, D) per-domain statistics of r = log p_teacher - log p_rollout, population std
+normalizer   DomainNormalizer: w_d = clip(sigma_all / sigma_d) with multipliers dn / observe / fixed / frozen
+routing      which teacher's log-probs are a response's target (rules label, single, pool, dynamic)
+advantages   GRPO group advantages, the dynamic-sampling filter, the annealed injection schedule
+
+The statistics are measured by the kernel op ``dnmopd.kernels.domain_stats`` and the OPD loss by
+``dnmopd.kernels.fused_opd_loss``; the trainer sums the statistics over data-parallel ranks.
 """
 
 from dnmopd.core.advantages import (
@@ -12,37 +14,22 @@ from dnmopd.core.advantages import (
     grpo_advantages,
     inject_constant_advantages,
     injection_constant,
-    reverse_kl_advantages,
-    scale_advantages,
-    scale_advantages_batched,
     select_injection,
 )
-from dnmopd.core.losses import clipped_opd_loss, clipped_opd_loss_batched, clipped_surrogate, sft_loss
 from dnmopd.core.normalizer import (
     DEFAULT_BOUNDS,
-    MODES,
+    MULTIPLIER_MODES,
     DNDiagnostics,
     DomainDiagnostics,
     DomainNormalizer,
-    domain_multipliers,
 )
-from dnmopd.core.routing import SENTINEL, Router, RoutingConfig, ScoreError
-from dnmopd.core.statistics import (
-    STAT_ROWS,
-    all_reduce_statistics,
-    batch_statistics,
-    list_statistics,
-    merge_statistics,
-    population_std,
-)
+from dnmopd.core.routing import ROUTING_RULES, SENTINEL, Router, RoutingConfig, ScoreError
+from dnmopd.core.statistics import STAT_ROWS, population_std
 
 __all__ = [
-    "DEFAULT_BOUNDS", "MODES", "SENTINEL", "STAT_ROWS",
+    "DEFAULT_BOUNDS", "MULTIPLIER_MODES", "ROUTING_RULES", "SENTINEL", "STAT_ROWS",
     "DNDiagnostics", "DomainDiagnostics", "DomainNormalizer", "DynamicSamplingFilter", "Router",
     "RoutingConfig", "ScoreError",
-    "all_reduce_statistics", "batch_statistics", "clipped_opd_loss", "clipped_opd_loss_batched",
-    "clipped_surrogate", "domain_multipliers", "grpo_advantages",
-    "inject_constant_advantages", "injection_constant", "list_statistics", "merge_statistics",
-    "population_std", "reverse_kl_advantages", "scale_advantages", "scale_advantages_batched",
-    "select_injection", "sft_loss",
+    "grpo_advantages", "inject_constant_advantages", "injection_constant", "population_std",
+    "select_injection",
 ]

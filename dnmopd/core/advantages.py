@@ -1,5 +1,6 @@
-"""Advantages: the reverse-KL OPD advantage and its per-domain scaling, GRPO group normalization with the
-bounded dynamic-sampling filter, and the annealed teacher-trajectory injection schedule.
+"""Advantages: GRPO group normalization with the bounded dynamic-sampling filter, and the annealed
+teacher-trajectory injection schedule. (The OPD advantage w_d (log p_teacher - log p_student) is formed by
+the trainer's OPD mode and the fused loss kernel.)
 
 All returned advantages are detached: they are targets, never differentiated through.
 """
@@ -10,46 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-
-
-def reverse_kl_advantages(
-    teacher_logp: torch.Tensor, student_logp: torch.Tensor, valid: torch.Tensor | None = None
-) -> torch.Tensor:
-    """A_t = log p_teacher(y_t) - log p_student(y_t), exactly 0 where `valid` is false (even over NaN)."""
-    if teacher_logp.shape != student_logp.shape:
-        raise ValueError(f"teacher shape {tuple(teacher_logp.shape)} != student shape {tuple(student_logp.shape)}")
-    advantages = (teacher_logp - student_logp).detach()
-    if valid is None:
-        return advantages
-    if valid.shape != advantages.shape:
-        raise ValueError(f"valid shape {tuple(valid.shape)} != advantage shape {tuple(advantages.shape)}")
-    return torch.where(valid.bool(), advantages, torch.zeros_like(advantages))
-
-
-def scale_advantages(
-    advantages: Sequence[torch.Tensor], domains: Sequence[str], weights: Mapping[str, float]
-) -> list[torch.Tensor]:
-    """Multiply each response's advantages by its domain's multiplier (ragged form)."""
-    if len(advantages) != len(domains):
-        raise ValueError(f"{len(advantages)} advantage rows but {len(domains)} domain labels")
-    missing = sorted({d for d in domains if d not in weights})
-    if missing:
-        raise ValueError(f"no multiplier for domains {missing}")
-    return [(adv * float(weights[d])).detach() for adv, d in zip(advantages, domains, strict=True)]
-
-
-def scale_advantages_batched(
-    advantages: torch.Tensor, domain_ids: torch.Tensor, weights: torch.Tensor
-) -> torch.Tensor:
-    """Multiply advantages (B, ...) by weights[domain_ids] (weights: 1-D, one per domain)."""
-    if weights.dim() != 1:
-        raise ValueError(f"weights must be 1-D (one per domain), got shape {tuple(weights.shape)}")
-    if domain_ids.shape != advantages.shape[:1]:
-        raise ValueError(f"domain_ids shape {tuple(domain_ids.shape)} != ({advantages.shape[0]},)")
-    per_response = weights.to(dtype=advantages.dtype, device=advantages.device)[domain_ids.long()]
-    per_response = per_response.reshape(-1, *([1] * (advantages.dim() - 1)))
-    return (advantages * per_response).detach()
-
 
 # --------------------------------------------------------------------------------------------- GRPO
 GRPO_STD_EPS = 1e-6

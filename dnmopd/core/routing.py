@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-ROUTING_MODES = ("label", "single", "pool", "dynamic")
+ROUTING_RULES = ("label", "single", "pool", "dynamic")
 SENTINEL = -100.0
 """Marks a failed teacher score in a log-prob row (a value no real log-prob row should hold exactly)."""
 
@@ -106,35 +106,35 @@ def pool_logp(rows: Mapping[str, torch.Tensor]) -> torch.Tensor:
 
 @dataclass(kw_only=True, slots=True)
 class RoutingConfig:
-    mode: str = "label"
+    rule: str = "label"
     """One of label, single, pool, dynamic."""
     teachers: list[str] = field(default_factory=list)
     """Registered teacher names (the keys of every score mapping)."""
     label_map: dict[str, str] = field(default_factory=dict)
-    """label mode: domain -> teacher, with a "default" entry for unlisted domains."""
+    """Rule label: domain -> teacher, with a "default" entry for unlisted domains."""
     teacher: str | None = None
-    """single mode: the one teacher every response is distilled from."""
+    """Rule single: the one teacher every response is distilled from."""
 
     def __post_init__(self):
-        if self.mode not in ROUTING_MODES:
-            raise ValueError(f"routing.mode must be one of {ROUTING_MODES}, got {self.mode!r}")
+        if self.rule not in ROUTING_RULES:
+            raise ValueError(f"routing.rule must be one of {ROUTING_RULES}, got {self.rule!r}")
         if not self.teachers or len(set(self.teachers)) != len(self.teachers):
             raise ValueError(f"routing.teachers must be a non-empty list of distinct names, got {self.teachers}")
-        if self.mode == "label":
+        if self.rule == "label":
             if "default" not in self.label_map:
                 raise ValueError("routing.label_map needs a 'default' entry for domains it does not list")
             unknown = sorted({t for t in self.label_map.values() if t not in self.teachers})
             if unknown:
                 raise ValueError(f"routing.label_map names unregistered teachers {unknown}; known {self.teachers}")
         elif self.label_map:
-            raise ValueError(f"routing.label_map is only used in label mode, not {self.mode!r}")
-        if self.mode == "single":
+            raise ValueError(f"routing.label_map is only used by rule label, not {self.rule!r}")
+        if self.rule == "single":
             if self.teacher not in self.teachers:
                 raise ValueError(f"routing.teacher must be one of {self.teachers}, got {self.teacher!r}")
         elif self.teacher is not None:
-            raise ValueError(f"routing.teacher is only used in single mode, not {self.mode!r}")
-        if self.mode in ("pool", "dynamic") and len(self.teachers) < 2:
-            raise ValueError(f"routing mode {self.mode!r} needs at least two teachers")
+            raise ValueError(f"routing.teacher is only used by rule single, not {self.rule!r}")
+        if self.rule in ("pool", "dynamic") and len(self.teachers) < 2:
+            raise ValueError(f"routing rule {self.rule!r} needs at least two teachers")
 
 
 class Router:
@@ -152,10 +152,10 @@ class Router:
         return label_map.get(domain or "default", label_map["default"])
 
     def teachers_needed(self, domain: str | None) -> tuple[str, ...]:
-        """The teachers that must score a response of this domain for this routing mode."""
-        if self.config.mode == "label":
+        """The teachers that must score a response of this domain under this routing rule."""
+        if self.config.rule == "label":
             return (self.label_teacher(domain),)
-        if self.config.mode == "single":
+        if self.config.rule == "single":
             return (self.config.teacher,)
         return self.teachers
 
@@ -166,10 +166,10 @@ class Router:
         """(target log-probs float32 (length,), name of the applied teacher or "pool")."""
         needed = self.teachers_needed(domain)
         rows = validated_rows({n: per_teacher.get(n) for n in needed}, needed, length)
-        mode = self.config.mode
-        if mode == "pool":
+        rule = self.config.rule
+        if rule == "pool":
             return pool_logp(rows), "pool"
-        if mode == "dynamic":
+        if rule == "dynamic":
             name = argmin_name(mean_scores(rows, response_mask(loss_mask, length)))
             return rows[name].clone(), name
         (name,) = needed

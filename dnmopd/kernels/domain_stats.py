@@ -5,8 +5,9 @@ For responses b (rows) of domain d = domain_ids[b] and valid tokens (mask true):
     stats[0, d] = number of responses            stats[2, d] = sum_t r_bt
     stats[1, d] = number of valid tokens         stats[3, d] = sum_t r_bt^2
 
-in float64, the unit of exchange of ``dnmopd.core.statistics`` (rows: responses, tokens, sum, sumsq), equal
-to ``batch_statistics`` up to float64 rounding. ``_domain_stats_kernel`` reads each row once (one program
+in float64, the unit of exchange of ``dnmopd.core.statistics`` (rows: responses, tokens, sum, sumsq): the
+trainer sums it over data-parallel ranks and hands it to ``DomainNormalizer.from_statistics``.
+``_domain_stats_kernel`` reads each row once (one program
 per response), zeroes masked positions before the float64 conversion (so padding may hold NaN/inf), and
 counts non-finite values at valid positions; ``_domain_stats_native`` is its torch twin, run wherever
 ``utils.use_triton`` says so (by default on every non-CUDA tensor). The per-row results are summed per domain
@@ -102,10 +103,19 @@ def domain_stats(log_ratio: torch.Tensor, mask: torch.Tensor, domain_ids: torch.
                 log_ratio, log_ratio.stride(0), mask_u8, mask_u8.stride(0), row_stats, nonfinite, n_cols,
                 BLOCK_T=block, num_warps=4,
             )
-    bad_ids = ((domain_ids < 0) | (domain_ids >= num_domains)).any() if rows else None
-    if rows and bool(bad_ids | (nonfinite != 0).any()):
-        if bool(bad_ids):
-            raise ValueError(f"domain_ids: every id must lie in [0, {num_domains})")
-        raise ValueError("log_ratio: non-finite value at a valid (mask true) position")
+    bad_ids = (domain_ids < 0) | (domain_ids >= num_domains)
+    if rows and bool(bad_ids.any() | (nonfinite != 0).any()):
+        _raise_invalid(log_ratio, valid, domain_ids, bad_ids, num_domains)
     one_hot = torch.nn.functional.one_hot(domain_ids.to(device=device, dtype=torch.int64), num_domains)
     return row_stats.t() @ one_hot.to(torch.float64)
+
+
+def _raise_invalid(log_ratio, valid, domain_ids, bad_ids, num_domains: int) -> None:
+    """The error of an invalid batch, naming the first offending response (and token); only runs on error."""
+    if bool(bad_ids.any()):
+        row = int(bad_ids.nonzero()[0, 0])
+        raise ValueError(f"domain_ids: response {row} has domain id {int(domain_ids[row])}, "
+                         f"every id must lie in [0, {num_domains})")
+    response, token = (int(i) for i in (valid & ~torch.isfinite(log_ratio)).nonzero()[0])
+    raise ValueError(f"log_ratio is not finite at valid position (response, token) = ({response}, {token}): "
+                     f"{float(log_ratio[response, token])}")

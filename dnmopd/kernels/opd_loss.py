@@ -50,6 +50,16 @@ from .utils import ChunkedHead, check_lm_head_inputs, response_token_weights, sc
 TOKEN_BLOCK = 1024
 
 
+def validate_clip(eps_low: float, eps_high: float, dual_clip: float | None) -> None:
+    """The clip parameters of the loss: 0 <= eps_low < 1, eps_high >= 0, dual_clip > 1 or None."""
+    if not 0 <= eps_low < 1:
+        raise ValueError(f"eps_low must lie in [0, 1), got {eps_low}")
+    if not eps_high >= 0:
+        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
+    if dual_clip is not None and not dual_clip > 1:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+
+
 @triton.jit
 def _expm1(x):
     """exp(x) - 1 without cancellation near 0: a Taylor series below |x| = 0.1 (error < 1e-10 relative)."""
@@ -266,10 +276,7 @@ def fused_opd_loss(
     """
     if (teacher_logp is None) == (advantages is None):
         raise ValueError("pass exactly one of teacher_logp (advantage w*(teacher-old)) or advantages")
-    if not (0.0 <= eps_low < 1.0) or eps_high < 0.0:
-        raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}")
-    if dual_clip is not None and not dual_clip > 1.0:
-        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    validate_clip(eps_low, eps_high, dual_clip)
     if response_weights.dim() != 1:
         raise ValueError(f"response_weights must be [R], got shape {tuple(response_weights.shape)}")
     per_token = {"targets": targets, "response_ids": response_ids, "teacher_logp": teacher_logp,

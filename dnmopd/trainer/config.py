@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from dnmopd.config import Backend, Choice, FieldValueError
-from dnmopd.core.losses import validate_clip
 from dnmopd.data.sampler import PromptSampler
 from dnmopd.hf.model_card import CardConfig
+from dnmopd.kernels.opd_loss import validate_clip
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
 from dnmopd.student.arch import StudentArch

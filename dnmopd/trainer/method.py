@@ -1,4 +1,4 @@
-"""A distillation method = a routing mode + a multiplier mode (+ optional injection) + the loss options.
+"""A distillation method = a routing rule + a multiplier mode (+ optional injection) + the loss options.
 
 Every method and control of the paper is a YAML preset of `MethodConfig` in configs/methods/:
 
@@ -22,27 +22,27 @@ from pathlib import Path
 
 import torch
 
-from dnmopd.core import DEFAULT_BOUNDS, MODES, DomainNormalizer, Router, RoutingConfig
-from dnmopd.core.losses import validate_clip
+from dnmopd.core import DEFAULT_BOUNDS, MULTIPLIER_MODES, DomainNormalizer, Router, RoutingConfig
+from dnmopd.kernels.opd_loss import validate_clip
 
 LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl")
 
 
 @dataclass(kw_only=True, slots=True)
 class NormalizerConfig:
-    mode: str = "observe"
+    multipliers: str = "observe"
     """dn (DN-MOPD), observe (measure and log, apply 1), fixed (constants) or frozen (first measurable batch)."""
     bounds: tuple[float, ...] = DEFAULT_BOUNDS
     """Clip bounds (lower, upper) of sigma_all / sigma_d."""
     fixed: dict[str, float] | None = None
-    """Per-domain constants for mode fixed, e.g. {math: 2.0, code: 1.0, ifeval: 0.25}."""
+    """Per-domain constants for multipliers fixed, e.g. {math: 2.0, code: 1.0, ifeval: 0.25}."""
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"normalizer.mode must be one of {MODES}, got {self.mode!r}")
+        if self.multipliers not in MULTIPLIER_MODES:
+            raise ValueError(f"normalizer.multipliers must be one of {MULTIPLIER_MODES}, got {self.multipliers!r}")
 
-    def build(self, domains: Sequence[str], sync) -> DomainNormalizer:
-        return DomainNormalizer(domains, mode=self.mode, bounds=self.bounds, fixed=self.fixed, sync=sync)
+    def build(self, domains: Sequence[str]) -> DomainNormalizer:
+        return DomainNormalizer(domains, multipliers=self.multipliers, bounds=self.bounds, fixed=self.fixed)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -85,11 +85,11 @@ class MethodConfig:
     name: str = "dn_mopd"
     """Method name (for logs and the model card)."""
     routing: RoutingConfig = field(default_factory=lambda: RoutingConfig(
-        mode="label", teachers=["code_teacher", "ifeval_teacher", "math_teacher"],
+        rule="label", teachers=["code_teacher", "ifeval_teacher", "math_teacher"],
         label_map={"default": "code_teacher", "math": "math_teacher", "code": "code_teacher",
                    "ifeval": "ifeval_teacher"}))
     """Which teacher's log-probs are each response's target."""
-    normalizer: NormalizerConfig = field(default_factory=lambda: NormalizerConfig(mode="dn"))
+    normalizer: NormalizerConfig = field(default_factory=lambda: NormalizerConfig(multipliers="dn"))
     """Per-domain advantage multipliers."""
     injection: InjectionConfig | None = None
     """Annealed teacher-trajectory injection (label routing only; exclusive with dn/fixed multipliers)."""
@@ -98,20 +98,20 @@ class MethodConfig:
 
     def __post_init__(self):
         if self.injection is not None:
-            if self.routing.mode != "label":
+            if self.routing.rule != "label":
                 raise ValueError("injection works with label routing only")
-            if self.normalizer.mode != "observe":
-                raise ValueError("injection is exclusive with applied multipliers: use normalizer.mode observe")
+            if self.normalizer.multipliers != "observe":
+                raise ValueError("injection is exclusive with applied multipliers: use normalizer.multipliers observe")
 
 
 class Method:
     """Runtime of a method: routing of targets and the per-domain multipliers of every batch."""
 
-    def __init__(self, config: MethodConfig, domains: Sequence[str], sync=None):
+    def __init__(self, config: MethodConfig, domains: Sequence[str]):
         self.config = config
         self.domains = tuple(domains)
         self.router = Router(config.routing)
-        self.normalizer = config.normalizer.build(self.domains, sync)
+        self.normalizer = config.normalizer.build(self.domains)
 
     def teachers_needed(self, domain: str) -> tuple[str, ...]:
         return self.router.teachers_needed(domain)

@@ -2,8 +2,9 @@
 
 It runs the trainer's own pipeline up to the train batch (prompt set and sampler, the in-process rollout
 engine and teachers through `ExperienceCollector`, label routing, DN statistics and multipliers, `TrainBatch`)
-and replaces only the Megatron student and the fused kernels by the Hugging Face student and the loss
-formulas of `dnmopd.core`, so that its curves transfer to `launch/pretrain_dnmopd.py` with the same config.
+and replaces only the Megatron student by the Hugging Face student (the losses are the trainer's fused
+kernels, on their native torch path), so that its curves transfer to `launch/pretrain_dnmopd.py` with the same
+config.
 Per update it records
 
 - probe_kl/<domain>: the exact full-vocabulary reverse KL(student || routed teacher), averaged over the
@@ -32,13 +33,12 @@ from pathlib import Path
 import torch
 
 from dnmopd.config import dump_yaml, load_config
-from dnmopd.core import clipped_opd_loss_batched, reverse_kl_advantages
-from dnmopd.core.losses import response_mean
-from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
+from dnmopd.core.statistics import SUM, TOKENS
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.hf.models import load_causal_lm
+from dnmopd.kernels import domain_stats, fused_opd_loss, fused_reverse_kl
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.rollout.inprocess import InProcessRollout
-from dnmopd.hf.models import load_causal_lm
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.config import TrainerConfig, resolve_data_path
@@ -61,10 +61,14 @@ def response_logits(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
     return logits[rows, batch.prompt_lens[rows] + cols - 1].float()
 
 
-def token_matrix(batch: TrainBatch, values: torch.Tensor) -> torch.Tensor:
-    """Scatter [N] per-token values back into [B, T]."""
-    out = torch.zeros(batch.response_mask.shape, dtype=values.dtype)
-    return out.index_put((*batch.response_mask.nonzero(as_tuple=True),), values)
+def response_hidden(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """[N, D] final hidden states that predict the response tokens (row-major over batch.response_mask), the
+    input of the LM head."""
+    lengths = batch.prompt_lens + batch.response_lens
+    attention = (torch.arange(batch.tokens.shape[1])[None, :] < lengths[:, None]).long()
+    hidden = model.get_decoder()(input_ids=batch.tokens, attention_mask=attention).last_hidden_state
+    rows, cols = batch.response_mask.nonzero(as_tuple=True)
+    return hidden[rows, batch.prompt_lens[rows] + cols - 1].float()
 
 
 def megatron_lr(config, step: int, total: int) -> float:
@@ -157,30 +161,29 @@ class ProbeSet:
 
 # ------------------------------------------------------------------------------------------- one update
 def losses(student, teachers, batch: TrainBatch, teacher_names: list[str], loss_config, num_responses: int,
-           exact: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """The sampled-token clipped OPD loss (ratio 1: one optimizer step per rollout, as in the trainer), and with
-    `exact` the full-vocabulary loss sum_i (1/R)(1/|y_i|) sum_t w_d KL(q_t || p_T,t) it is an estimate of."""
-    logits = response_logits(student, batch)
-    student_logp = torch.log_softmax(logits, -1)
+           exact: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The trainer's sampled-token clipped OPD loss (ratio 1: one optimizer step per rollout), and with `exact`
+    the full-vocabulary loss sum_i (1/R)(1/|y_i|) sum_t w_d KL(q_t || p_T,t) it is an estimate of."""
+    hidden = response_hidden(student, batch)
+    head = student.get_output_embeddings().weight
     rows, cols = batch.response_mask.nonzero(as_tuple=True)
     targets = batch.tokens[rows, batch.prompt_lens[rows] + cols]
-    logp = token_matrix(batch, student_logp.gather(1, targets[:, None])[:, 0])
     weights = torch.ones(batch.size) if batch.weights is None else batch.weights
-    advantages = reverse_kl_advantages(batch.target_logp, logp.detach(), batch.loss_mask) * weights[:, None]
-    sampled = clipped_opd_loss_batched(logp, logp.detach(), advantages, batch.loss_mask, eps_low=loss_config.eps_low,
-                                       eps_high=loss_config.eps_high, dual_clip=loss_config.dual_clip,
-                                       num_responses=num_responses)
+    mask = batch.loss_mask[rows, cols]
+    sampled = fused_opd_loss(hidden, head, targets, rows, weights, teacher_logp=batch.target_logp[rows, cols],
+                             mask=mask, num_responses=num_responses, eps_low=loss_config.eps_low,
+                             eps_high=loss_config.eps_high, dual_clip=loss_config.dual_clip).loss
     full = None
     if exact:
-        teacher_logp = torch.empty_like(student_logp)
+        teacher_logp = torch.empty(len(rows), head.shape[0])
         with torch.no_grad():
             for name in sorted(set(teacher_names)):
                 mine = torch.tensor([n == name for n in teacher_names])
                 at = mine[rows]
                 teacher_logp[at] = torch.log_softmax(response_logits(teachers[name].model, batch.select(mine)), -1)
-        kl = (student_logp.exp() * (student_logp - teacher_logp)).sum(-1)
-        full = response_mean(token_matrix(batch, kl) * weights[:, None], batch.loss_mask, num_responses)
-    return sampled, full, logp.detach()
+        full = fused_reverse_kl(hidden, head, rows, weights, teacher_logits=teacher_logp, mask=mask,
+                                num_responses=num_responses).loss
+    return sampled, full
 
 
 def flat_grad(model, loss: torch.Tensor, retain: bool) -> torch.Tensor:
@@ -228,8 +231,8 @@ def run(config: TrainerConfig, args, save) -> dict:
         batch = TrainBatch.from_rows([s.prompt.prompt_ids for s in samples], [s.response_ids for s in samples],
                                      [s.rollout_logp for s in samples], targets,
                                      [method.domain_index(s.domain) for s in samples])
-        stats = batch_statistics(batch.target_logp - batch.rollout_logp, batch.dn_mask, batch.domain_ids,
-                                 len(domains))
+        stats = domain_stats(batch.target_logp - batch.rollout_logp, batch.dn_mask, batch.domain_ids,
+                             len(domains))
         weights, diagnostics = method.normalizer.from_statistics(stats)
         batch.weights = torch.tensor(weights, dtype=torch.float32)[batch.domain_ids]
         record["time/rollout_and_scoring"] = time.process_time() - tick
@@ -245,7 +248,7 @@ def run(config: TrainerConfig, args, save) -> dict:
             piece = batch.select(slice(k * rows_per_step, (k + 1) * rows_per_step))
             names = applied[k * rows_per_step:(k + 1) * rows_per_step]
             exact = args.snr_every > 0 and update % args.snr_every == 0 and k == 0
-            sampled, full, _ = losses(student, teachers, piece, names, config.method.loss, piece.size, exact)
+            sampled, full = losses(student, teachers, piece, names, config.method.loss, piece.size, exact)
             if exact:
                 snr_tick = time.process_time()
                 g_sampled = flat_grad(student, sampled, retain=True)
@@ -258,7 +261,7 @@ def run(config: TrainerConfig, args, save) -> dict:
                 group["lr"] = megatron_lr(config.optimizer, step, total_steps)
             optimizer.zero_grad()
             if config.method.loss.kind == "full_vocab_reverse_kl":
-                sampled, full, _ = losses(student, teachers, piece, names, config.method.loss, piece.size, True)
+                sampled, full = losses(student, teachers, piece, names, config.method.loss, piece.size, True)
                 full.backward()
                 record["loss"] = full.item()
             else:

@@ -1,13 +1,15 @@
-"""Cross-rank reduction over a real 2-process gloo group equals the single-process computation on the
-concatenated batch; callable syncs and single-controller merging; identity without a group."""
+"""The trainer's reduction path over a real 2-process gloo group: each rank's kernel-op statistics summed with
+`all_reduce_sum` (what `ctx.sum_over_dp` runs) equal the single-process statistics of the whole batch, and
+so do the multipliers; without a group the sum is the identity."""
 
 import pytest
 import torch
 import torch.distributed as dist
 from distributed import run_workers
-from dn_batches import DOMAINS, make_batch, ragged
+from dn_batches import DOMAINS, make_batch, multipliers, statistics
 
-from dnmopd.core import DomainNormalizer, all_reduce_statistics, batch_statistics, merge_statistics
+from dnmopd.core import DomainNormalizer
+from dnmopd.trainer.collectives import all_reduce_sum
 
 
 def uneven_shards():
@@ -20,20 +22,16 @@ def uneven_shards():
 
 def _worker(rank, world_size):
     _, shards = uneven_shards()
-    shard = shards[rank]
-    results = {}
-    weights, diag = DomainNormalizer(DOMAINS, sync=True).multipliers_batched(*shard)
-    results["batched"] = (weights.tolist(), diag.to_dict())
-    group = dist.new_group([0, 1])
-    listed, _ = DomainNormalizer(DOMAINS, sync=group).multipliers(ragged(*shard))
-    results["listed"] = listed
-    frozen = DomainNormalizer(DOMAINS, mode="frozen", sync=True)
-    results["frozen"] = [frozen.multipliers_batched(*shard)[0].tolist(),
-                         frozen.multipliers_batched(*make_batch(20 + rank, spreads={"math": 2, "code": 1,
-                                                                                    "ifeval": 0.1}))[0].tolist()]
-    replicated = DomainNormalizer(DOMAINS, sync=True).multipliers_batched(*uneven_shards()[0])
-    results["replicated"] = (replicated[0].tolist(), replicated[1].domains["math"].tokens)
-    return results
+    group = dist.new_group(list(range(world_size)))
+    sum_over_dp = lambda local: all_reduce_sum(local, group)  # noqa: E731 - the trainer's ctx.sum_over_dp
+    stats = sum_over_dp(statistics(*shards[rank]))
+    weights, diag = DomainNormalizer(DOMAINS).from_statistics(stats)
+    frozen = DomainNormalizer(DOMAINS, multipliers="frozen")
+    later = make_batch(20 + rank, spreads={"math": 2, "code": 1, "ifeval": 0.1})
+    frozen_weights = [frozen.from_statistics(stats)[0], frozen.from_statistics(sum_over_dp(statistics(*later)))[0]]
+    replicated = sum_over_dp(statistics(*uneven_shards()[0]))
+    return {"stats": stats, "weights": weights, "diag": diag.to_dict(), "frozen": frozen_weights,
+            "replicated": replicated}
 
 
 @pytest.fixture(scope="module")
@@ -41,62 +39,34 @@ def worker_results():
     return run_workers(2, _worker)
 
 
-def test_two_ranks_equal_single_process(worker_results):
+def test_summed_rank_statistics_equal_the_whole_batch(worker_results):
     full, _ = uneven_shards()
-    expected, expected_diag = DomainNormalizer(DOMAINS).multipliers_batched(*full)
+    expected = statistics(*full)
+    expected_weights, expected_diag = multipliers(full)
     for result in worker_results:
-        weights, diag = result["batched"]
-        assert weights == pytest.approx(expected.tolist(), rel=1e-6)
-        assert diag["global_std"] == pytest.approx(expected_diag.global_std, rel=1e-12)
-        for d in DOMAINS:
-            assert diag["domains"][d]["tokens"] == expected_diag.domains[d].tokens
-            assert diag["domains"][d]["responses"] == expected_diag.domains[d].responses
+        torch.testing.assert_close(result["stats"], expected, rtol=1e-12, atol=1e-12)
+        assert result["weights"] == pytest.approx(expected_weights, rel=1e-12)
+        assert result["diag"]["global_std"] == pytest.approx(expected_diag.global_std, rel=1e-12)
+        for d in DOMAINS:  # rank 1 holds no ifeval response, yet measures it globally
+            assert result["diag"]["domains"][d]["tokens"] == expected_diag.domains[d].tokens
+            assert result["diag"]["domains"][d]["responses"] == expected_diag.domains[d].responses
 
 
-def test_list_api_with_group_reports_globally_present_domains(worker_results):
-    full, _ = uneven_shards()
-    expected, _ = DomainNormalizer(DOMAINS).multipliers(ragged(*full))
-    for result in worker_results:
-        assert set(result["listed"]) == set(DOMAINS)  # rank 1 has no ifeval, yet sees it globally
-        assert result["listed"] == pytest.approx(expected, rel=1e-6)
-
-
-def test_frozen_mode_is_identical_across_ranks(worker_results):
+def test_frozen_multipliers_are_identical_across_ranks(worker_results):
     assert worker_results[0]["frozen"] == worker_results[1]["frozen"]
     assert worker_results[0]["frozen"][0] == worker_results[0]["frozen"][1]
 
 
-def test_replicating_the_batch_on_every_rank_leaves_weights_unchanged(worker_results):
+def test_replicating_the_batch_on_every_rank_doubles_the_counts_not_the_multipliers(worker_results):
     full, _ = uneven_shards()
-    expected, diag = DomainNormalizer(DOMAINS).multipliers_batched(*full)
+    expected = statistics(*full)
+    expected_weights, _ = multipliers(full)
     for result in worker_results:
-        weights, tokens = result["replicated"]
-        assert weights == pytest.approx(expected.tolist(), rel=1e-6)
-        assert tokens == 2 * diag.domains["math"].tokens
+        torch.testing.assert_close(result["replicated"], 2 * expected, rtol=1e-12, atol=1e-12)
+        weights, _ = DomainNormalizer(DOMAINS).from_statistics(result["replicated"])
+        assert weights == pytest.approx(expected_weights, rel=1e-9)
 
 
-def test_callable_sync_with_merge_equals_single_process():
-    full, shards = uneven_shards()
-    parts = [batch_statistics(*s, 3) for s in shards]
-    expected, _ = DomainNormalizer(DOMAINS).multipliers_batched(*full)
-    weights, _ = DomainNormalizer(DOMAINS, sync=lambda local: merge_statistics(parts)).multipliers_batched(
-        *shards[0]
-    )
-    assert weights.tolist() == pytest.approx(expected.tolist(), rel=1e-6)
-
-
-def test_without_a_group_reduction_is_identity():
-    stats = batch_statistics(*make_batch(0), 3)
-    assert all_reduce_statistics(stats) is stats
-    local, _ = DomainNormalizer(DOMAINS).multipliers_batched(*make_batch(0))
-    synced, _ = DomainNormalizer(DOMAINS, sync=True).multipliers_batched(*make_batch(0))
-    assert torch.equal(local, synced)
-
-
-def test_merge_statistics_validation():
-    with pytest.raises(ValueError, match="at least one"):
-        merge_statistics([])
-    with pytest.raises(ValueError, match="shape"):
-        merge_statistics([torch.zeros(4, 3), torch.zeros(4, 2)])
-    with pytest.raises(ValueError, match="must return a tensor of shape"):
-        DomainNormalizer(DOMAINS, sync=lambda s: s[:, :2]).multipliers_batched(*make_batch(0))
+def test_without_a_group_the_sum_is_the_identity():
+    stats = statistics(*make_batch(0))
+    assert torch.equal(all_reduce_sum(stats, None), stats)

@@ -17,10 +17,10 @@ def scores(length=5, seed=0):
     return {t: -torch.rand(length, generator=g) * (i + 1) for i, t in enumerate(TEACHERS)}
 
 
-def router(mode, **kwargs):
-    if mode == "label":
+def router(rule, **kwargs):
+    if rule == "label":
         kwargs.setdefault("label_map", LABEL_MAP)
-    return Router(RoutingConfig(mode=mode, teachers=TEACHERS, **kwargs))
+    return Router(RoutingConfig(rule=rule, teachers=TEACHERS, **kwargs))
 
 
 def test_validated_rows_accepts_complete_scores():
@@ -128,14 +128,14 @@ def test_a_failed_teacher_score_stops_the_batch():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"mode": "ensemble"}, "routing.mode"),
-     ({"mode": "label", "label_map": {"math": "math_teacher"}}, "'default'"),
-     ({"mode": "label", "label_map": {"default": "nobody"}}, "unregistered"),
-     ({"mode": "pool", "label_map": LABEL_MAP}, "only used in label mode"),
-     ({"mode": "single", "teacher": "nobody"}, "routing.teacher must be"),
-     ({"mode": "dynamic", "teacher": "math_teacher"}, "only used in single mode"),
-     ({"mode": "pool", "teachers": ["math_teacher"]}, "at least two"),
-     ({"mode": "label", "teachers": ["a", "a"], "label_map": {"default": "a"}}, "distinct")],
+    [({"rule": "ensemble"}, "routing.rule"),
+     ({"rule": "label", "label_map": {"math": "math_teacher"}}, "'default'"),
+     ({"rule": "label", "label_map": {"default": "nobody"}}, "unregistered"),
+     ({"rule": "pool", "label_map": LABEL_MAP}, "only used by rule label"),
+     ({"rule": "single", "teacher": "nobody"}, "routing.teacher must be"),
+     ({"rule": "dynamic", "teacher": "math_teacher"}, "only used by rule single"),
+     ({"rule": "pool", "teachers": ["math_teacher"]}, "at least two"),
+     ({"rule": "label", "teachers": ["a", "a"], "label_map": {"default": "a"}}, "distinct")],
 )
 def test_config_refusals(kwargs, message):
     kwargs.setdefault("teachers", TEACHERS)

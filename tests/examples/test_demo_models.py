@@ -10,13 +10,14 @@ import torch
 from distributed import run_workers
 from safetensors.torch import load_file
 
-from dnmopd.core import DomainNormalizer, batch_statistics
+from dnmopd.core import DomainNormalizer
 from dnmopd.data.chat import PromptTokenizer, row_messages
 from dnmopd.data.sample_data import sample_file
 from dnmopd.examples.demo_models import DOMAINS, LEAN, SUMMARY_CHANNEL, build_demo_models
+from dnmopd.hf.models import load_causal_lm
+from dnmopd.kernels import domain_stats
 from dnmopd.rollout.base import RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
-from dnmopd.hf.models import load_causal_lm
 from dnmopd.trainer.batch import TrainBatch
 
 NAMES = ("student", *(f"{d}_teacher" for d in DOMAINS))
@@ -89,8 +90,8 @@ def test_dn_weights_math_up_and_ifeval_down_on_the_students_own_samples(models, 
             start = len(rollout.prompt_ids) - 1
             positions = torch.arange(start, start + len(rollout.response_ids))
             teacher_logp[row, : len(positions)] = logp[positions, torch.tensor(rollout.response_ids)]
-    stats = batch_statistics(teacher_logp - batch.rollout_logp, batch.response_mask, batch.domain_ids, 3)
-    weights, diagnostics = DomainNormalizer(DOMAINS, mode="dn").from_statistics(stats)
+    stats = domain_stats(teacher_logp - batch.rollout_logp, batch.response_mask, batch.domain_ids, 3)  # as the trainer
+    weights, diagnostics = DomainNormalizer(DOMAINS, multipliers="dn").from_statistics(stats)
     sigma = [diagnostics.domains[d].std for d in DOMAINS]
     assert sigma[0] < sigma[1] < sigma[2], sigma
     assert weights[0] > 1 > weights[2], weights

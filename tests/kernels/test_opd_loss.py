@@ -1,10 +1,14 @@
-"""fused_opd_loss against the float64 clipped OPD loss over materialised logits (and the core's loss), on both
-backends."""
+"""fused_opd_loss against the float64 clipped OPD loss over materialised logits and hand-computed clipping
+cases, on both backends: response-mean reduction, shard additivity, PPO and dual clipping, DN multipliers."""
+
+import math
 
 import pytest
 import torch
-from dnmopd.kernels import fused_linear_logprob, fused_opd_loss
 from kernel_reference import DEVICE, leaf64, logprob_entropy, opd_loss, random_head, rel_err
+
+from dnmopd.core import DomainNormalizer
+from dnmopd.kernels import domain_stats, fused_linear_logprob, fused_opd_loss
 
 
 def _batch(n, v, num_local, seed):
@@ -148,24 +152,106 @@ def test_no_grad_and_invalid_inputs(backend):
                        teacher_logp=batch["teacher_logp"])
 
 
-def test_matches_core_clipped_opd_loss_batched(backend):
-    losses = pytest.importorskip("dnmopd.core.losses")
-    b, t, v = 4, 6, 700
-    hidden, weight = random_head(b * t, 16, v, seed=23)
-    batch = _batch(b * t, v, b, seed=24)
-    batch["response_ids"] = torch.arange(b * t, device=DEVICE) // t
-    gen = torch.Generator().manual_seed(25)
+def _one_token(backend, log_ratio, advantage, **clip):
+    """(loss, out) of one token whose ratio is exp(log_ratio) and advantage `advantage`, checked against the
+    float64 reference."""
+    hidden, weight = random_head(1, 8, 50, seed=30)
+    batch = _batch(1, 50, 1, seed=31)
+    batch["mask"][:] = True
+    batch["response_weights"] = torch.ones(1, device=DEVICE)
     with torch.no_grad():
-        old = fused_linear_logprob(hidden, weight, batch["targets"])
-    old = old + torch.randn(b * t, generator=gen).to(DEVICE) * 0.3
-    out = fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"],
-                         teacher_logp=batch["teacher_logp"], mask=batch["mask"], old_logp=old, num_responses=9)
-    out.loss.backward()
-    h64, w64 = leaf64(hidden), leaf64(weight)
-    logp, _ = logprob_entropy(h64, w64, batch["targets"])
-    advantages = batch["response_weights"].double()[:, None] * (batch["teacher_logp"] - old).double().view(b, t)
-    ref = losses.clipped_opd_loss_batched(logp.view(b, t), old.double().view(b, t), advantages,
-                                          batch["mask"].view(b, t), num_responses=9)
-    ref.backward()
-    assert abs(out.loss.item() - ref.item()) < 1e-5 * max(1.0, abs(ref.item()))
-    assert rel_err(hidden.grad, h64.grad) < 1e-5 and rel_err(weight.grad, w64.grad) < 1e-5
+        logp = fused_linear_logprob(hidden, weight, batch["targets"])
+    out = _check(hidden, weight, batch, teacher_logp=None, advantages=torch.full((1,), advantage, device=DEVICE),
+                 old_logp=logp - log_ratio, **clip)
+    return out.loss.item(), hidden.grad
+
+
+@pytest.mark.parametrize(
+    "log_ratio, advantage, clipped",
+    [(0.5, 1.0, True), (-0.5, 1.0, False), (-0.5, -1.0, True), (0.5, -1.0, False), (0.1, 2.0, False),
+     (-0.1, -2.0, False)],
+)
+def test_ppo_clipping_cases(log_ratio, advantage, clipped, backend):
+    loss, grad = _one_token(backend, log_ratio, advantage)
+    if clipped:  # the clipped branch is constant in logp
+        bound = 1.2 if advantage > 0 else 0.8
+        assert loss == pytest.approx(-bound * advantage, rel=1e-6) and torch.all(grad == 0)
+    else:
+        assert loss == pytest.approx(-math.exp(log_ratio) * advantage, rel=1e-5) and grad.abs().sum() > 0
+
+
+def test_asymmetric_clip(backend):
+    assert torch.all(_one_token(backend, 0.24, 1.0, eps_high=0.2)[1] == 0)  # ratio 1.271 > 1.2
+    loss, grad = _one_token(backend, 0.24, 1.0, eps_high=0.28)
+    assert loss == pytest.approx(-math.exp(0.24), rel=1e-5) and grad.abs().sum() > 0
+
+
+def test_dual_clip_caps_negative_advantages(backend):
+    loss, grad = _one_token(backend, 2.0, -1.0, dual_clip=3.0)  # ratio 7.39: -ratio * A = 7.39 > 3
+    assert loss == pytest.approx(3.0, rel=1e-6) and torch.all(grad == 0)
+    assert _one_token(backend, 0.5, -1.0, dual_clip=3.0)[0] == pytest.approx(math.exp(0.5), rel=1e-5)
+    assert _one_token(backend, 2.0, 1.0, dual_clip=3.0)[0] == pytest.approx(-1.2, rel=1e-6)
+
+
+@pytest.mark.parametrize("clip", [{"eps_low": -0.1}, {"eps_high": -0.1}, {"dual_clip": 1.0}])
+def test_invalid_clip_parameters(clip, backend):
+    hidden, weight = random_head(2, 8, 50, seed=32)
+    batch = _batch(2, 50, 1, seed=33)
+    with pytest.raises(ValueError, match=next(iter(clip))):
+        fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], batch["response_weights"],
+                       teacher_logp=batch["teacher_logp"], **clip)
+
+
+def test_num_responses_makes_shard_losses_add_up(backend):
+    """Responses split over two shards (data-parallel ranks or micro-batches), each renumbered from 0: with
+    num_responses = the whole batch's responses, the shard losses add up to the batch loss."""
+    n, v, responses = 40, 300, 8
+    hidden, weight = random_head(n, 16, v, seed=34)
+    batch = _batch(n, v, responses, seed=35)
+    batch["response_ids"] = torch.arange(n, device=DEVICE) * responses // n
+    with torch.no_grad():
+        old = fused_linear_logprob(hidden, weight, batch["targets"]) + 0.3 * torch.randn(n).to(DEVICE)
+
+    def loss(tokens, first_response, num_local):
+        return fused_opd_loss(hidden[tokens], weight, batch["targets"][tokens],
+                              batch["response_ids"][tokens] - first_response,
+                              batch["response_weights"][first_response: first_response + num_local],
+                              teacher_logp=batch["teacher_logp"][tokens], mask=batch["mask"][tokens],
+                              old_logp=old[tokens], num_responses=responses).loss.item()
+
+    split = int((batch["response_ids"] < 3).sum())
+    full = loss(slice(0, n), 0, responses)
+    assert loss(slice(0, split), 0, 3) + loss(slice(split, n), 3, responses - 3) == pytest.approx(full, rel=1e-6)
+
+
+def test_dn_multipliers_scale_each_response_gradient(backend):
+    """The response weights are the normalizer's multipliers of the batch (from domain_stats): each token's
+    gradient is the Label gradient times its response's multiplier; with observe multipliers (all 1) the loss
+    is exactly the Label loss."""
+    b, t, v, domains = 6, 7, 400, ("math", "code", "ifeval")
+    hidden, weight = random_head(b * t, 16, v, seed=36)
+    batch = _batch(b * t, v, b, seed=37)
+    batch["response_ids"] = torch.arange(b * t, device=DEVICE) // t
+    domain_ids = torch.arange(b, device=DEVICE) % 3
+    gen = torch.Generator().manual_seed(38)
+    spread = torch.tensor([0.3, 1.0, 3.0])[domain_ids.cpu()].repeat_interleave(t)
+    log_ratio = (torch.randn(b * t, generator=gen) * spread).to(DEVICE).view(b, t)
+    stats = domain_stats(log_ratio, batch["mask"].view(b, t), domain_ids, 3)
+
+    def hidden_grad(response_weights):
+        hidden.grad = weight.grad = None
+        out = fused_opd_loss(hidden, weight, batch["targets"], batch["response_ids"], response_weights,
+                             teacher_logp=batch["teacher_logp"], mask=batch["mask"])
+        out.loss.backward()
+        return out.loss.item(), hidden.grad.clone()
+
+    dn, _ = DomainNormalizer(domains, multipliers="dn").from_statistics(stats)
+    observe, _ = DomainNormalizer(domains, multipliers="observe").from_statistics(stats)
+    dn_weights = torch.tensor(dn, device=DEVICE)[domain_ids]
+    assert dn_weights.min() < 1 < dn_weights.max()
+    label_loss, label_grad = hidden_grad(torch.ones(b, device=DEVICE))
+    _, dn_grad = hidden_grad(dn_weights)
+    per_token = dn_weights[batch["response_ids"]][:, None]
+    assert rel_err(dn_grad, label_grad * per_token) < 1e-5  # multipliers > 0: every sign is kept
+    observe_loss, _ = hidden_grad(torch.tensor(observe, device=DEVICE)[domain_ids])
+    assert observe_loss == label_loss

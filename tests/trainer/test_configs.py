@@ -21,7 +21,7 @@ MODELS = ["tiny", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3-4b"]
 TEACHERS = ["code_teacher", "ifeval_teacher", "math_teacher"]
 LABEL_MAP = {"default": "code_teacher", "math": "math_teacher", "code": "code_teacher", "ifeval": "ifeval_teacher"}
 
-# method -> (routing mode, single teacher, normalizer mode, fixed multipliers math/code/ifeval)
+# method -> (routing rule, single teacher, normalizer multipliers, fixed multipliers math/code/ifeval)
 METHODS = {
     "label": ("label", None, "observe", None),
     "dn_mopd": ("label", None, "dn", None),
@@ -75,10 +75,10 @@ def test_student_recipe_with_every_method_and_model(method, model):
     config = load("recipes/student_opd", f"models/{model}", f"methods/{method}")
     routing, teacher, normalizer, fixed = METHODS[method]
     assert config.method.name == method
-    assert config.method.routing.mode == routing and config.method.routing.teacher == teacher
+    assert config.method.routing.rule == routing and config.method.routing.teacher == teacher
     assert sorted(config.method.routing.teachers) == TEACHERS
     assert config.method.routing.label_map == (LABEL_MAP if routing == "label" else {})
-    assert config.method.normalizer.mode == normalizer
+    assert config.method.normalizer.multipliers == normalizer
     assert tuple(config.method.normalizer.bounds) == (0.25, 4.0)
     expected = None if fixed is None else dict(zip(["math", "code", "ifeval"], fixed, strict=True))
     assert config.method.normalizer.fixed == expected
@@ -96,8 +96,8 @@ def test_student_recipe_with_every_method_and_model(method, model):
 def test_every_method_replaces_the_demo_method(method):
     config = load("demo_cpu", f"methods/{method}", overrides=["method.loss.kind=full_vocab_reverse_kl"])
     routing, teacher, normalizer, fixed = METHODS[method]
-    assert config.method.name == method and config.method.routing.mode == routing
-    assert config.method.routing.teacher == teacher and config.method.normalizer.mode == normalizer
+    assert config.method.name == method and config.method.routing.rule == routing
+    assert config.method.routing.teacher == teacher and config.method.normalizer.multipliers == normalizer
     assert config.rollout.engine.backend == "inprocess"  # the rest of the demo stays
 
 
@@ -153,7 +153,7 @@ def test_seqkd_recipe_values():
     assert (opt.lr, opt.min_lr, opt.lr_decay_style, opt.lr_warmup_updates) == (1e-5, 1e-6, "cosine", 5)
     assert (opt.adam_beta1, opt.adam_beta2, opt.weight_decay, opt.clip_grad) == (0.9, 0.98, 0.1, 1.0)
     assert config.checkpoint.save_every == 42 and config.student.activation_recompute
-    assert config.method.routing.mode == "label" and config.method.routing.label_map == LABEL_MAP
+    assert config.method.routing.rule == "label" and config.method.routing.label_map == LABEL_MAP
     assert [m.backend for m in config.teachers.models] == ["inprocess"] * 3
 
 

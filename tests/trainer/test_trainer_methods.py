@@ -31,9 +31,9 @@ def test_three_updates(demo_models, tmp_path, method):
     for record in records:
         assert math.isfinite(record["loss"]) and 0 < record["response_tokens"] <= 48  # 6 x <= 8 tokens
         applied = {d: record[f"dn/{d}/applied"] for d in DOMAINS}  # every domain's multiplier, every update
-        if normalizer.mode == "observe":
+        if normalizer.multipliers == "observe":
             assert set(applied.values()) <= {1.0}
-        elif normalizer.mode == "fixed":
+        elif normalizer.multipliers == "fixed":
             assert applied == pytest.approx({d: normalizer.fixed[d] for d in applied})
         else:
             assert all(0.25 <= w <= 4 for w in applied.values())

@@ -16,7 +16,8 @@ import dataclasses
 import torch
 
 from dnmopd.core import inject_constant_advantages, injection_constant, select_injection
-from dnmopd.core.statistics import SUM, TOKENS, batch_statistics
+from dnmopd.core.statistics import SUM, TOKENS
+from dnmopd.kernels import domain_stats
 from dnmopd.student.weights import SafetensorsFolder
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.experience import Sample
@@ -49,8 +50,9 @@ class OPDMode(Mode):
         ("dn/{domain}/std", "global", "sigma_d: population std of r over the domain's tokens."),
         ("dn/{domain}/raw_factor", "global", "sigma_all / sigma_d before clipping (1 when undefined)."),
         ("dn/{domain}/factor", "global", "clip(sigma_all / sigma_d, bounds): the DN multiplier measured."),
-        ("dn/{domain}/applied", "global", "The multiplier applied to the domain's advantages (method.normalizer "
-                                          "mode: measured, 1 when observing, constant when fixed or frozen)."),
+        ("dn/{domain}/applied", "global", "The multiplier applied to the domain's advantages (method.normalizer."
+                                          "multipliers: measured, 1 when observing, constant when fixed or "
+                                          "frozen)."),
         ("dn/{domain}/clipped", "global", "1 when the raw factor lay outside the bounds."),
         ("kl/all", "global", "Sampled-token reverse KL estimate E_rollout[log q - log p_teacher] = -mean(r), "
                              "all domains."),
@@ -106,7 +108,7 @@ class OPDMode(Mode):
         if len(widths) > 1:
             raise ValueError(f"full_vocab_reverse_kl: teachers' hidden sizes differ ({sorted(widths)})")
         width = widths.pop() if widths else 1
-        slots = len(self.teacher_names) if self.method.config.routing.mode == "pool" else 1
+        slots = len(self.teacher_names) if self.method.config.routing.rule == "pool" else 1
         batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, slots * width)
         batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
         for i, (sample, name) in enumerate(zip(samples, applied, strict=True)):
@@ -148,8 +150,8 @@ class OPDMode(Mode):
 
     # ----------------------------------------------------------------------------------------- the loss
     def prepare(self, batch: TrainBatch, update: int, staleness: int) -> dict:
-        stats = self.ctx.sum_over_dp(batch_statistics(batch.target_logp - batch.rollout_logp, batch.dn_mask,
-                                                      batch.domain_ids, len(self.method.domains)))
+        stats = self.ctx.sum_over_dp(domain_stats(batch.target_logp - batch.rollout_logp, batch.dn_mask,
+                                                  batch.domain_ids, len(self.method.domains)))
         weights, diagnostics = self.method.normalizer.from_statistics(stats)
         batch.weights = torch.tensor(weights, dtype=torch.float32)[batch.domain_ids]
         if not self.full_vocab:  # the full-vocab KL is exact at every position: no ratio, no old log-probs
