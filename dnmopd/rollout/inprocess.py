@@ -3,7 +3,8 @@
 Prompts are left-padded into micro-batches of `max_batch_size` and decoded with the model's KV cache. Each
 sample draws from its own `torch.Generator` seeded with `seed + sample_id`, so a seeded response does not
 depend on which other prompts share its batch. Log-probs are those of the distribution sampled from
-(`rollout.base`). Weights are updated in memory from HF-named full tensors (the student's HF mapping).
+(`rollout.base`). Weights are updated in memory from HF-named full tensors (the student's HF mapping) and
+probed with `dnmopd.hf.inprocess.score_responses`, the in-process teacher's scoring.
 """
 
 from __future__ import annotations
