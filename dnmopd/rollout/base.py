@@ -28,6 +28,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -128,8 +129,17 @@ class WeightProbe:
 
 
 class RolloutEngine(ABC):
-    """Generates responses for the student. Built from its backend's `Config.build()`."""
+    """Generates responses for the student. Built from its backend's `Config.build()`.
 
+    What the trainer must know of a backend before it has an engine (off the model-parallel leaders it has
+    none) is declared on the class:"""
+
+    shared_across_ranks: ClassVar[bool] = False
+    """One engine (a set of servers) serves every data-parallel rank, so one rank updates its weights for all;
+    False: each model-parallel leader has an engine of its own."""
+    causal_lm_weight_names: ClassVar[bool] = False
+    """`update_weights` takes the parameter names of transformers' AutoModelForCausalLM (`model.*`); False: the
+    checkpoint's names (`model.language_model.*` for the VL layout), as the served folder has them."""
     vocab_size: int
 
     @abstractmethod
@@ -161,6 +171,10 @@ class RolloutEngine(ABC):
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], probe: WeightProbe) -> None:
         """Serve new weights (HF names, full tensors), then verify them with `probe` or raise."""
+
+    def check(self) -> None:
+        """Startup checks (servers up and serving the expected model). Raises `RolloutError` when one fails."""
+        return None
 
     async def aclose(self) -> None:
         """Release connections bound to the running event loop (HTTP backends)."""

@@ -49,6 +49,7 @@ def version_tag(update: int) -> str:
 
 
 class HttpRolloutEngine(RolloutEngine):
+    shared_across_ranks = True
     generate_path: str
     health_path: str
     probe_failure_hint = ""
@@ -169,27 +170,34 @@ class HttpRolloutEngine(RolloutEngine):
 
     def check(self) -> None:
         """Every replica answers its health route with 200 and serves `served_folder` at `expected_version`
-        (a replica at another version is re-synced)."""
+        (a replica at another version is re-synced); errors name the replica's URL."""
 
         async def run() -> None:
             try:
                 for replica in self.pool.replicas:
-                    status, _ = await self.pool.request_to(replica, "GET", self.health_path, timeout_s=60)
-                    if status != 200:
-                        raise RolloutError(f"rollout server {replica.url}{self.health_path} answered {status}")
-                    try:
-                        await self._check_served(replica)
-                    except StaleReplica:
-                        await self._resync(replica)
+                    await self._check_replica(replica)
             finally:
                 await self.aclose()
 
         asyncio.run(run())
 
+    async def _check_replica(self, replica: Replica) -> None:
+        try:
+            status, _ = await self.pool.request_to(replica, "GET", self.health_path, timeout_s=60)
+            if status != 200:
+                raise RolloutError(f"rollout server {replica.url}{self.health_path} answered {status}")
+            try:
+                await self._check_served(replica)
+            except StaleReplica:
+                await self._resync(replica)
+        except ServingError as error:
+            raise RolloutError(f"rollout server {replica.url} failed its check: {error}") from error
+
     def _check_path(self, replica: Replica, served: Any) -> None:
         if not same_model_path(served, str(self.served_folder)):
             raise RolloutError(f"rollout server {replica.url} serves {served!r}, expected {str(self.served_folder)!r} "
-                               "(a stale server on this port, or a wrong server map?)")
+                               "(a stale server on this port, a wrong server map, or one left serving an earlier run's "
+                               "weight update: restart it)")
 
     async def aclose(self) -> None:
         self._resync_locks.clear()

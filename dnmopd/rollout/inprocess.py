@@ -3,7 +3,8 @@
 Prompts are left-padded into micro-batches of `max_batch_size` and decoded with the model's KV cache. Each
 sample draws from its own `torch.Generator` seeded with `seed + sample_id`, so a seeded response does not
 depend on which other prompts share its batch. Log-probs are those of the distribution sampled from
-(`rollout.base`). Weights are updated in memory from HF-named full tensors (the student's HF mapping).
+(`rollout.base`). Weights are updated in memory from HF-named full tensors (the student's HF mapping) and
+probed with `dnmopd.hf.inprocess.score_responses`, the in-process teacher's scoring.
 """
 
 from __future__ import annotations
@@ -12,16 +13,16 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from transformers import DynamicCache
 
-from dnmopd.hf.models import DTYPES, load_causal_lm, model_vocab_size
+from dnmopd.hf.inprocess import InProcessModel, score_responses
+from dnmopd.hf.models import model_vocab_size
 from dnmopd.rollout.base import Rollout, RolloutEngine, RolloutRequest, SamplingParams, WeightProbe
 from dnmopd.rollout.sampling import draw, sampling_logprobs
 from dnmopd.serving.token_ids import validate_token_ids
-from dnmopd.teachers.base import ScoreRequest
-from dnmopd.teachers.inprocess import InProcessTeacher
 
 
 def eos_token_ids(model: torch.nn.Module) -> tuple[int, ...]:
@@ -34,22 +35,15 @@ def eos_token_ids(model: torch.nn.Module) -> tuple[int, ...]:
 
 
 class InProcessRollout(RolloutEngine):
+    causal_lm_weight_names: ClassVar[bool] = True
+
     @dataclass(kw_only=True, slots=True)
-    class Config:
-        model_path: str
-        """Hugging Face folder of the student's initial weights."""
-        device: str = "cpu"
-        """torch device, e.g. `cpu`, `cuda`."""
-        dtype: str = "float32"
-        """float32, bfloat16 or float16."""
+    class Config(InProcessModel):
         max_batch_size: int = 64
         """Prompts decoded together."""
-        attn_implementation: str = "sdpa"
-        """transformers attention implementation."""
 
         def __post_init__(self):
-            if self.dtype not in DTYPES:
-                raise ValueError(f"InProcessRollout.Config.dtype={self.dtype!r}: use one of {sorted(DTYPES)}")
+            InProcessModel.__post_init__(self)  # explicit: zero-argument super() fails in slots dataclasses
             if self.max_batch_size < 1:
                 raise ValueError(f"InProcessRollout.Config.max_batch_size={self.max_batch_size}: must be >= 1")
 
@@ -58,18 +52,12 @@ class InProcessRollout(RolloutEngine):
 
     def __init__(self, config: Config, model: torch.nn.Module | None = None):
         self.config = config
-        self.model = model if model is not None else load_causal_lm(
-            config.model_path, device=config.device, dtype=config.dtype,
-            attn_implementation=config.attn_implementation,
-        )
+        self.model = model if model is not None else config.load()
         self.vocab_size = model_vocab_size(self.model)
         self.eos_ids = eos_token_ids(self.model)
         # transformers renamed `past_key_values` to `cache` (5.2x); pass the cache under the name this one takes
         forward_args = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in forward_args else "past_key_values"
-        self._scorer = InProcessTeacher(
-            InProcessTeacher.Config(name="rollout-probe", model_path=config.model_path), model=self.model
-        )
 
     # -- generation ----------------------------------------------------------------------------------------
 
@@ -163,5 +151,6 @@ class InProcessRollout(RolloutEngine):
         missing = [n for n, p in self.model.named_parameters() if id(p) not in updated]
         if missing:
             raise ValueError(f"update_weights: no tensor given for {missing}")
-        served = self._scorer.score_batch([ScoreRequest(probe.token_ids, probe.prompt_len)])[0].logprobs
+        validate_token_ids(probe.token_ids, self.vocab_size, what="weight probe")
+        served = score_responses(self.model, [(probe.token_ids, probe.prompt_len)])[0].logprobs
         probe.verify(served, source="in-process rollout")

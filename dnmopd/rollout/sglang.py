@@ -22,6 +22,7 @@ from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import sglang_api
 from dnmopd.serving.errors import RequestRejected, ResponseFormatError, StaleReplica, describe
 from dnmopd.serving.pool import Replica, ReplicaPool
+from dnmopd.serving.servers import HEALTH_PATHS
 
 
 def sglang_sampling(params: SamplingParams, seed: int | None, *, deterministic_server: bool) -> dict[str, Any]:
@@ -56,7 +57,7 @@ def sampled_logprobs(reported: torch.Tensor, top_values: torch.Tensor | None) ->
 
 class SGLangRollout(HttpRolloutEngine):
     generate_path = "/generate"
-    health_path = "/health_generate"
+    health_path = HEALTH_PATHS["sglang"]
 
     @dataclass(kw_only=True, slots=True)
     class Config:

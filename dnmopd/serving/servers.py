@@ -22,6 +22,8 @@ from pathlib import Path
 BACKENDS = ("sglang", "vllm")
 DEVICES = ("cuda", "cpu")
 HEALTH_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
+"""The route of each server kind that answers 200 once it serves (SGLang's runs a real 1-token generation): the
+launcher waits on it, the rollout engines and teachers check it at start-up and re-check cooling replicas."""
 SGLANG_CPU_ARGS = ["--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
                    "--disable-cuda-graph"]
 """How SGLang runs on a CPU without its AMX-only CPU engine (dense Qwen3; Qwen3.5's Gated DeltaNet needs CUDA)."""

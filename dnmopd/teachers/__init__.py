@@ -4,18 +4,11 @@ imported only then (`teacher_class`), never as a side effect of importing this p
 
 from __future__ import annotations
 
-import importlib
+from dnmopd.registry import LazyRegistry
 
-TEACHER_BACKENDS = {
-    "inprocess": ("dnmopd.teachers.inprocess", "InProcessTeacher"),
-    "sglang": ("dnmopd.teachers.sglang", "SGLangTeacher"),
-    "vllm": ("dnmopd.teachers.vllm", "VLLMTeacher"),
-}
-
-
-def teacher_class(backend: str):
-    """The TeacherScorer class of `backend`; its nested `Config` is what a run configures."""
-    if backend not in TEACHER_BACKENDS:
-        raise ValueError(f"teacher backend {backend!r}: use one of {sorted(TEACHER_BACKENDS)}")
-    module, name = TEACHER_BACKENDS[backend]
-    return getattr(importlib.import_module(module), name)
+teacher_class = LazyRegistry("teacher backend", {
+    "inprocess": "dnmopd.teachers.inprocess:InProcessTeacher",
+    "sglang": "dnmopd.teachers.sglang:SGLangTeacher",
+    "vllm": "dnmopd.teachers.vllm:VLLMTeacher",
+})
+"""`teacher_class(backend)`: the TeacherScorer class of `backend`; its nested `Config` is what a run configures."""

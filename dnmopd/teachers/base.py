@@ -20,6 +20,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -81,6 +82,9 @@ class TeacherScores:
 class TeacherScorer(ABC):
     """Scores response tokens with one teacher model. Built from its backend's `Config.build()`."""
 
+    returns_hidden_states: ClassVar[bool] = False
+    """The backend can return the teacher's final hidden states (`Config.return_hidden_states`), which the
+    full-vocabulary loss and the probe need."""
     name: str
     vocab_size: int
 

@@ -1,15 +1,14 @@
-"""Multi-teacher scoring with a failure policy: each sample goes to its routed teacher the moment it is ready.
+"""Multi-teacher scoring with a failure policy.
 
-`TeacherFleet.score_rollouts` consumes rollouts as the engine finishes them (an async iterator) and sends
-each one's scoring request at once, so teacher prefill overlaps with the generation of the rest of the
-batch. The blocking `score_batch` sends each teacher's samples through its batched path instead
-(`score_many`: several samples per POST for the HTTP teachers, a rejected POST sent again sample by
-sample). A sample whose teacher still fails after the pool's retries, or that its server refuses (HTTP 4xx,
-e.g. longer than the teacher's context), is handled by `on_failure`:
+`TeacherFleet.score_one` scores one sample with its routed teacher; the trainer's experience collector
+(`dnmopd.trainer.experience`) calls it the moment each rollout finishes, so teacher prefill overlaps with the
+generation of the rest of the batch. The blocking `score_batch` sends each teacher's samples through its
+batched path instead (`score_many`: several samples per POST for the HTTP teachers, a rejected POST sent
+again sample by sample). A sample whose teacher still fails after the pool's retries, or that its server
+refuses (HTTP 4xx, e.g. longer than the teacher's context), is handled by `on_failure`:
 
-- `mask`: the sample is kept with `ok=False` and no scores; the trainer gives it advantage 0 on every token
-  (`stack_teacher_logprobs` returns the per-sample validity it needs). Failures are counted per teacher
-  (`failures`) and logged with the server's message.
+- `mask`: the sample is kept with `ok=False` and no scores; the trainer gives it advantage 0 on every token.
+  Failures are counted per teacher (`failures`) and logged with the server's message.
 - `stop`: the whole batch stops with `TeacherBatchError` naming the teacher, the sample and the cause.
 
 Invalid token ids are a bug upstream, not a teacher failure: they always stop the batch.
@@ -20,10 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-
-import torch
 
 from dnmopd.serving.errors import ServingError
 from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScorer, TeacherScores
@@ -79,6 +76,7 @@ class TeacherFleet:
         return self.teachers[name]
 
     async def score_one(self, index: int, teacher_name: str, request: ScoreRequest) -> ScoredSample:
+        """Sample `index` scored by its teacher, under the failure policy."""
         teacher = self.teacher(teacher_name)
         try:
             outcome = await teacher.score(request)
@@ -98,30 +96,6 @@ class TeacherFleet:
             return ScoredSample(index, teacher_name, request, None, str(outcome))
         self.scored[teacher_name] += 1
         return ScoredSample(index, teacher_name, request, outcome)
-
-    async def score_stream(self, items: AsyncIterable[tuple[int, str, ScoreRequest]]) -> list[ScoredSample]:
-        """Score `(index, teacher, request)` items as they arrive; results sorted by index."""
-        tasks: list[asyncio.Task] = []
-        try:
-            async for index, name, request in items:
-                tasks.append(asyncio.create_task(self.score_one(index, name, request)))
-            results = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        return sorted(results, key=lambda sample: sample.index)
-
-    async def score_rollouts(self, rollouts: AsyncIterable, route: Callable[[int], str]) -> list[ScoredSample]:
-        """Score rollouts (`dnmopd.rollout.Rollout`) as they finish; `route(sample_id)` names the teacher."""
-
-        async def items():
-            async for rollout in rollouts:
-                request = ScoreRequest(rollout.prompt_ids + rollout.response_ids, len(rollout.prompt_ids))
-                yield rollout.sample_id, route(rollout.sample_id), request
-
-        return await self.score_stream(items())
 
     def score_batch(self, items: Iterable[tuple[str, ScoreRequest]]) -> list[ScoredSample]:
         """Blocking: score `(teacher, request)` pairs, each teacher's through its batched `score_many`;
@@ -147,20 +121,3 @@ class TeacherFleet:
         for teacher in self.teachers.values():
             await teacher.aclose()
 
-
-def stack_teacher_logprobs(samples: list[ScoredSample], length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(teacher log-probs [B, length] float32, right-padded with 0; sample_valid [B] bool).
-
-    Rows of failed samples are all 0 and `sample_valid` is False there: multiply the advantages by
-    `sample_valid[:, None]` so that those samples contribute advantage 0 on every token.
-    """
-    logprobs = torch.zeros(len(samples), length, dtype=torch.float32)
-    valid = torch.zeros(len(samples), dtype=torch.bool)
-    for row, sample in enumerate(samples):
-        if sample.ok:
-            values = sample.scores.logprobs
-            if values.shape[0] > length:
-                raise ValueError(f"sample {sample.index}: {values.shape[0]} response tokens > length {length}")
-            logprobs[row, : values.shape[0]] = values
-            valid[row] = True
-    return logprobs, valid

@@ -1,10 +1,9 @@
 """In-process teacher: a Hugging Face transformers causal LM inside the trainer process (CPU or GPU).
 
-Sequences are right-padded into micro-batches of at most `max_batch_tokens` padded tokens (right padding
-never changes a causal model's outputs at real positions). The decoder runs once per micro-batch; the LM
-head and log-softmax run only on the response positions, `logit_chunk_tokens` at a time, so the
-[tokens, vocab] logits of the whole batch never exist at once. This is the only backend that can return
-the teacher's final hidden states (for the fused full-vocab reverse KL, together with `output_weight`).
+Sequences are grouped into micro-batches of at most `max_batch_tokens` padded tokens, each scored by
+`dnmopd.hf.inprocess.score_responses` (one decoder forward, the LM head `logit_chunk_tokens` response
+positions at a time). This is the only backend that can return the teacher's final hidden states (for the
+fused full-vocab reverse KL, together with `output_weight`).
 """
 
 from __future__ import annotations
@@ -12,25 +11,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
-from dnmopd.hf.models import DTYPES, load_causal_lm, model_vocab_size
+from dnmopd.hf.inprocess import InProcessModel, score_responses
+from dnmopd.hf.models import model_vocab_size
 from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherScorer, TeacherScores
 
 
 class InProcessTeacher(TeacherScorer):
+    returns_hidden_states: ClassVar[bool] = True
+
     @dataclass(kw_only=True, slots=True)
-    class Config:
+    class Config(InProcessModel):
         name: str
         """Teacher name (the key the domain routing uses)."""
-        model_path: str
-        """Hugging Face model folder."""
-        device: str = "cpu"
-        """torch device for the teacher, e.g. `cpu`, `cuda`, `cuda:1`."""
-        dtype: str = "float32"
-        """Parameter dtype: float32, bfloat16 or float16."""
         max_batch_tokens: int = 16384
         """Padded tokens (batch x longest sequence) per decoder forward."""
         logit_chunk_tokens: int = 4096
@@ -39,12 +36,9 @@ class InProcessTeacher(TeacherScorer):
         """Also return the top-k log-probs and ids at every response position (0: off)."""
         return_hidden_states: bool = False
         """Also return the final hidden states that predict each response token."""
-        attn_implementation: str = "sdpa"
-        """transformers attention implementation (`sdpa`, `eager`, `flash_attention_2`)."""
 
         def __post_init__(self):
-            if self.dtype not in DTYPES:
-                raise ValueError(f"InProcessTeacher.Config.dtype={self.dtype!r}: use one of {sorted(DTYPES)}")
+            InProcessModel.__post_init__(self)  # explicit: zero-argument super() fails in slots dataclasses
             for key in ("max_batch_tokens", "logit_chunk_tokens"):
                 if getattr(self, key) < 1:
                     raise ValueError(f"InProcessTeacher.Config.{key}={getattr(self, key)}: must be >= 1")
@@ -57,10 +51,7 @@ class InProcessTeacher(TeacherScorer):
     def __init__(self, config: Config, model: torch.nn.Module | None = None):
         self.config = config
         self.name = config.name
-        self.model = model if model is not None else load_causal_lm(
-            config.model_path, device=config.device, dtype=config.dtype,
-            attn_implementation=config.attn_implementation,
-        )
+        self.model = model if model is not None else config.load()
         self.vocab_size = model_vocab_size(self.model)
         self._queue: list[tuple[ScoreRequest, asyncio.Future]] = []
         self._drainer: asyncio.Task | None = None
@@ -92,50 +83,12 @@ class InProcessTeacher(TeacherScorer):
                 groups.append([index])
         return groups
 
-    @torch.no_grad()  # not inference_mode: hidden states may enter autograd graphs as constants
     def _score_group(self, requests: list[ScoreRequest]) -> list[TeacherScores]:
-        device = self.output_weight.device
-        longest = max(len(r.token_ids) for r in requests)
-        input_ids = torch.zeros(len(requests), longest, dtype=torch.long)
-        attention_mask = torch.zeros(len(requests), longest, dtype=torch.long)
-        for row, request in enumerate(requests):
-            input_ids[row, : len(request.token_ids)] = torch.tensor(request.token_ids)
-            attention_mask[row, : len(request.token_ids)] = 1
-        hidden = self.model.get_decoder()(
-            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)
-        ).last_hidden_state
-        # position p predicts token p+1: the response tokens [P, L) are predicted at [P-1, L-1)
-        predicting = [hidden[row, r.prompt_len - 1 : len(r.token_ids) - 1] for row, r in enumerate(requests)]
-        targets = torch.cat([torch.tensor(r.response_ids) for r in requests]).to(device)
-        logprobs, topk_logprobs, topk_ids = self._head_logprobs(torch.cat(predicting), targets)
-        sizes = [r.response_len for r in requests]
-        return [
-            TeacherScores(
-                logprobs=lp.float().cpu(),
-                topk_ids=ids.cpu() if ids is not None else None,
-                topk_logprobs=tlp.float().cpu() if tlp is not None else None,
-                hidden_states=h if self.config.return_hidden_states else None,
-            )
-            for lp, tlp, ids, h in zip(
-                logprobs.split(sizes), _split_or_none(topk_logprobs, sizes), _split_or_none(topk_ids, sizes),
-                predicting, strict=True,
-            )
-        ]
-
-    def _head_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor):
-        head = self.model.get_output_embeddings()
-        chosen, top_values, top_ids = [], [], []
-        for start in range(0, hidden.shape[0], self.config.logit_chunk_tokens):
-            logits = head(hidden[start : start + self.config.logit_chunk_tokens]).float()
-            logprobs = torch.log_softmax(logits, dim=-1)
-            chosen.append(logprobs.gather(1, targets[start : start + logits.shape[0], None]).squeeze(1))
-            if self.config.top_k:
-                values, ids = logprobs.topk(min(self.config.top_k, logprobs.shape[-1]), dim=-1)
-                top_values.append(values)
-                top_ids.append(ids)
-        if not self.config.top_k:
-            return torch.cat(chosen), None, None
-        return torch.cat(chosen), torch.cat(top_values), torch.cat(top_ids)
+        scored = score_responses(self.model, [(r.token_ids, r.prompt_len) for r in requests],
+                                 chunk_tokens=self.config.logit_chunk_tokens, top_k=self.config.top_k)
+        return [TeacherScores(logprobs=s.logprobs, topk_ids=s.topk_ids, topk_logprobs=s.topk_logprobs,
+                              hidden_states=s.hidden_states if self.config.return_hidden_states else None)
+                for s in scored]
 
     # -- async path: requests arriving while a forward runs are batched together ---------------------------
 
@@ -161,6 +114,3 @@ class InProcessTeacher(TeacherScorer):
                 if not future.done():
                     future.set_result(result)
 
-
-def _split_or_none(tensor: torch.Tensor | None, sizes: list[int]):
-    return tensor.split(sizes) if tensor is not None else [None] * len(sizes)

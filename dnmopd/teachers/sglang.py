@@ -14,13 +14,14 @@ from typing import Any
 
 from dnmopd.hf.models import same_model_path
 from dnmopd.serving import sglang_api
+from dnmopd.serving.servers import HEALTH_PATHS
 from dnmopd.teachers.base import ScoreRequest, TeacherError
 from dnmopd.teachers.http_teacher import HttpTeacher
 
 
 class SGLangTeacher(HttpTeacher):
     score_path = "/generate"
-    health_path = "/health_generate"
+    health_path = HEALTH_PATHS["sglang"]
     info_path = "/get_model_info"
     logprob_start = "prompt"
     """`prompt`: logprob_start_len = P - 1 (see serving.sglang_api); `zero` only for measuring the difference."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from dnmopd.hf.models import same_model_path
 from dnmopd.serving import vllm_api
+from dnmopd.serving.servers import HEALTH_PATHS
 from dnmopd.teachers.base import ScoreRequest, TeacherError
 from dnmopd.teachers.http_teacher import HttpTeacher
 
@@ -21,7 +22,7 @@ MAX_TOP_K = 20
 
 class VLLMTeacher(HttpTeacher):
     score_path = "/v1/completions"
-    health_path = "/health"
+    health_path = HEALTH_PATHS["vllm"]
     info_path = "/v1/models"
 
     @dataclass(kw_only=True, slots=True)

@@ -23,10 +23,10 @@ from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.trainer.evaluation import TrainingEvaluation
 from dnmopd.trainer.method import MethodConfig
 from dnmopd.trainer.metrics import MetricsLogger
+from dnmopd.trainer.modes.base import mode_class
 from dnmopd.trainer.probe import ProbeConfig
 from dnmopd.trainer.verification import Verification
 
-RUN_MODES = ("opd", "grpo", "sft")
 SAMPLES_PREFIX = "samples:"
 
 
@@ -89,7 +89,8 @@ class RunConfig:
     """Seed of model-parallel RNG, dropout and the in-process rollout's sampling."""
 
     def __post_init__(self):
-        _require(self.mode in RUN_MODES, "mode", f"must be one of {', '.join(RUN_MODES)}, got {self.mode!r}")
+        modes = mode_class.names
+        _require(self.mode in modes, "mode", f"must be one of {', '.join(modes)}, got {self.mode!r}")
 
     @property
     def directory(self) -> Path:
@@ -346,13 +347,15 @@ class TrainerConfig:
             _require(not missing, "method.routing",
                      f"names teachers {missing} that teachers.models does not define; defined: {names}")
             if self.method.loss.kind == "full_vocab_reverse_kl":
-                remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
+                remote = [m.config.name for m in self.teachers.models
+                          if not teacher_class(m.backend).returns_hidden_states]
                 _require(not remote, "method.loss.kind", f"full_vocab_reverse_kl needs in-process teachers; {remote} "
                          "are servers (use sampled_token with them)")
                 _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
                          "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
         if self.logging.probe_every and self.run.mode == "opd":
-            remote = [m.config.name for m in self.teachers.models if m.backend != "inprocess"]
+            remote = [m.config.name for m in self.teachers.models
+                      if not teacher_class(m.backend).returns_hidden_states]
             _require(not remote, "logging.probe_every", f"the probe needs the teachers' full-vocabulary "
                      f"distributions, which only in-process teachers give; {remote} are servers (set it to 0)")
         prompts = self.data.sampler.prompts_per_rollout * self.data.samples_per_prompt

@@ -167,10 +167,13 @@ class Trainer:
         dist.barrier()
 
     def _build_rollout_engine(self):
+        """This leader's rollout engine, checked (servers healthy and serving the student's folder)."""
         from dnmopd.rollout import rollout_class
 
         engine = self.config.rollout.engine
-        return rollout_class(engine.backend)(engine.config)
+        built = rollout_class(engine.backend)(engine.config)
+        built.check()
+        return built
 
     def _context(self) -> ModeContext:
         return ModeContext(

@@ -24,6 +24,16 @@ def student(tmp_path_factory) -> Path:
     return build_tiny_hf_checkpoint(tmp_path_factory.mktemp("models") / "student", arch="qwen3_5")
 
 
+SERVED_MATH_TEACHER = """\
+teachers:
+  models:
+    - {backend: sglang, name: math_teacher, model_path: /models/math, vocab_size: 1024, pool: {urls: [h:1]}}
+    - {backend: inprocess, name: code_teacher, model_path: runs/demo-models/code_teacher}
+    - {backend: inprocess, name: ifeval_teacher, model_path: runs/demo-models/ifeval_teacher}
+"""
+"""The demo's teachers with the math teacher behind an SGLang server (no hidden states)."""
+
+
 def run_file(tmp_path: Path, student: Path, body: str) -> Path:
     path = tmp_path / "run.yaml"
     path.write_text(f"extends: {DEMO}\nstudent:\n  hf_path: {student}\n" + textwrap.dedent(body))
@@ -58,6 +68,9 @@ def run_file(tmp_path: Path, student: Path, body: str) -> Path:
      r"run.yaml:7: train.optimizer_steps_per_update: 48 responses per update .* not divisible into 5 equal steps"),
     ("method:\n  loss: {kind: full_vocab_reverse_kl}\ntrain:\n  optimizer_steps_per_update: 2\n",
      r"run.yaml:7: train.optimizer_steps_per_update: method.loss.kind full_vocab_reverse_kl supports one"),
+    (SERVED_MATH_TEACHER, r"demo_cpu.yaml:51: logging.probe_every: the probe needs .* \['math_teacher'\] are servers"),
+    (SERVED_MATH_TEACHER + "logging: {probe_every: 0}\nmethod:\n  loss: {kind: full_vocab_reverse_kl}\n",
+     r"run.yaml:11: method.loss.kind: full_vocab_reverse_kl needs in-process teachers; \['math_teacher'\] are "),
 ])
 def test_bad_values_name_the_key_and_its_line(tmp_path, student, body, message):
     with pytest.raises(ConfigError, match=message):

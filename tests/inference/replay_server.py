@@ -6,11 +6,12 @@ the recorded response whose request body is equal (vLLM's optional "model" key i
 recording wins); items of recorded batch exchanges are also indexed as single requests. Anything
 unrecorded gets 404, so a client that sends a body different from what the real server was sent fails.
 
-Behaviors (scoring/generation routes only; health and info routes always answer):
+Behaviors (scoring/generation routes only, except `unhealthy`; info routes always answer):
   ok            answer from the recordings
   slow:S        sleep S seconds first (a replica that times out)
   http500       answer 500 "Internal Server Error" (what SGLang sends on an unhandled error)
   die_after:N   answer N requests, then exit abruptly on the next one without replying (a crashed server)
+  unhealthy     the health routes answer 503 (a server still loading, or one whose engine died)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from aiohttp import web
 
 WORK_ROUTES = {"/generate", "/v1/completions"}
+HEALTH_ROUTES = {"/health", "/health_generate"}
 
 
 def _key(method: str, path: str, body) -> str:
@@ -77,6 +79,8 @@ def make_app(table, behavior: str) -> web.Application:
                 body = await request.json()
             except ValueError:
                 return web.Response(status=400, text="malformed JSON")
+        if behavior == "unhealthy" and request.path in HEALTH_ROUTES:
+            return web.Response(status=503, text="Service Unavailable")
         if request.path in WORK_ROUTES:
             if behavior.startswith("die_after:") and state["answered"] >= int(behavior.split(":")[1]):
                 os._exit(1)  # like SGLang's scheduler crash: the process is gone, no reply

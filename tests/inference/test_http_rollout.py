@@ -1,29 +1,37 @@
-"""SGLang / vLLM rollout engines on recorded exchanges over sockets, log-prob conversion, refusals, backend
-selection, and scoring that starts as soon as each rollout finishes."""
+"""SGLang / vLLM rollout engines on recorded exchanges over sockets, log-prob conversion, refusals, start-up
+checks, and scoring that starts as soon as each rollout finishes."""
 
-import asyncio
+from types import SimpleNamespace
 
 import pytest
 import torch
 from wire_fixtures import load_exchange
 
-from dnmopd.rollout import rollout_class
+from dnmopd.config import Choice
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.rollout.sampling import sampling_logprobs
 from dnmopd.rollout.sglang import SGLangRollout, sampled_logprobs
 from dnmopd.rollout.vllm import VLLMRollout
 from dnmopd.serving.pool import ReplicaPool
-from dnmopd.teachers import teacher_class
+from dnmopd.serving.servers import HEALTH_PATHS
+from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
+from dnmopd.trainer.experience import ExperienceCollector
+from dnmopd.trainer.prompts import Prompt
 
 PROMPT = load_exchange("hf_reference_logprobs")["prompt"]
 
 
+def sglang_config(server, tmp_path, **overrides):
+    settings = dict(model_path="<tiny-qwen3>", vocab_size=1024, update_dir=str(tmp_path),
+                    pool=ReplicaPool.Config(urls=[server.url], max_attempts=1))
+    return SGLangRollout.Config(**{**settings, **overrides})
+
+
 def sglang_engine(server, tmp_path, **overrides):
-    return SGLangRollout.Config(model_path="<tiny-qwen3>", vocab_size=1024, update_dir=str(tmp_path),
-                                pool=ReplicaPool.Config(urls=[server.url], max_attempts=1), **overrides).build()
+    return sglang_config(server, tmp_path, **overrides).build()
 
 
 def test_sglang_generation_over_sockets_matches_the_recording(replay, tmp_path):
@@ -83,34 +91,64 @@ def test_vllm_refusals(replay, tmp_path):
         short.update_weights_from_disk(tmp_path / "missing", probe=None)
 
 
-def test_backends_are_selected_by_name():
-    assert rollout_class("vllm") is VLLMRollout and teacher_class("inprocess") is InProcessTeacher
-    with pytest.raises(ValueError, match="teacher backend 'trt'"):
-        teacher_class("trt")
+@pytest.mark.parametrize("backend", ["sglang", "vllm"])
+def test_start_up_check_of_the_rollout_servers(replay, tmp_path, backend):
+    """Every replica must answer its health route with 200 and serve the engine's model folder; the error names
+    the replica."""
+    engine = {"sglang": sglang_engine, "vllm": vllm_engine}[backend]
+    healthy, sick = replay(), replay("unhealthy")
+    engine(healthy, tmp_path).check()
+    both = engine(healthy, tmp_path, pool=ReplicaPool.Config(urls=[healthy.url, sick.url], max_attempts=1))
+    with pytest.raises(RolloutError, match=f"rollout server {sick.url}{HEALTH_PATHS[backend]} answered 503"):
+        both.check()
+    with pytest.raises(RolloutError, match=rf"rollout server {healthy.url} serves .*'<tiny-qwen3>'.*expected "
+                                           "'/models/other'"):
+        engine(healthy, tmp_path, model_path="/models/other").check()
+    healthy.kill()
+    with pytest.raises(RolloutError, match=f"rollout server {healthy.url} failed its check: .*ClientConnectorError"):
+        engine(healthy, tmp_path).check()
+
+
+def test_the_trainer_checks_the_rollout_servers_when_it_builds_its_engine(replay, tmp_path):
+    from dnmopd.trainer.trainer import Trainer
+
+    def build(server):
+        engine = Choice("sglang", sglang_config(server, tmp_path))
+        return Trainer._build_rollout_engine(SimpleNamespace(config=SimpleNamespace(rollout=SimpleNamespace(
+            engine=engine))))
+
+    sick = replay("unhealthy")
+    with pytest.raises(RolloutError, match=f"rollout server {sick.url}/health_generate answered 503"):
+        build(sick)
+    assert isinstance(build(replay()), SGLangRollout)
 
 
 def test_each_sample_is_scored_as_soon_as_its_rollout_finishes(tiny_model_dir):
+    """The trainer's collector sends a response to its teacher while the rest of the batch is still generating."""
     engine = InProcessRollout.Config(model_path=str(tiny_model_dir), max_batch_size=1).build()
     teacher = InProcessTeacher.Config(name="math", model_path=str(tiny_model_dir)).build()
     finished, seen_at_scoring = [], []
-    original_score = teacher.score
+    original_stream, original_score = engine.stream, teacher.score
+
+    async def recording_stream(requests, params):
+        async for rollout in original_stream(requests, params):
+            finished.append(rollout.sample_id)
+            yield rollout
 
     async def recording_score(request):
         seen_at_scoring.append(len(finished))
         return await original_score(request)
 
-    teacher.score = recording_score
-    fleet = TeacherFleet.Config().build({"math": teacher})
-    requests = [RolloutRequest(PROMPT[: 3 + i], i) for i in range(4)]
-
-    async def run():
-        async def rollouts():
-            async for rollout in engine.stream(requests, SamplingParams(max_new_tokens=6, seed=0)):
-                finished.append(rollout.sample_id)
-                yield rollout
-
-        return await fleet.score_rollouts(rollouts(), route=lambda sample_id: "math")
-
-    results = asyncio.run(run())
-    assert [r.index for r in results] == [0, 1, 2, 3] and all(r.ok for r in results)
+    engine.stream, teacher.score = recording_stream, recording_score
+    collector = ExperienceCollector(engine, TeacherFleet.Config().build({"math": teacher}),
+                                    sampling=SamplingParams(max_new_tokens=6, seed=0), samples_per_prompt=1,
+                                    teachers_for=lambda domain: ["math"])
+    prompts = [Prompt(i, tuple(PROMPT[: 3 + i]), "math", "", {}) for i in range(4)]
+    experience = collector.collect(prompts, seed_offset=0)
+    assert [s.prompt.index for s in experience.samples] == [0, 1, 2, 3]
     assert seen_at_scoring[0] == 1  # the first sample was sent while the other three were still generating
+    rescored = InProcessTeacher.Config(name="ref", model_path=str(tiny_model_dir)).build().score_batch(
+        [ScoreRequest(s.token_ids, len(s.prompt.prompt_ids)) for s in experience.samples])
+    for sample, want in zip(experience.samples, rescored, strict=True):
+        torch.testing.assert_close(sample.scores["math"], want.logprobs, atol=1e-5, rtol=0)
+    assert experience.teacher_failures == {"math": 0} and len(experience.teacher_seconds["math"]) == 4

@@ -8,9 +8,11 @@ with the default retry policy, under both failure policies.
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from scripted_rollouts import ScriptedRollouts
 from tiny_checkpoints import perturbed_state
 
 from dnmopd.rollout.base import RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
@@ -20,6 +22,8 @@ from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
+from dnmopd.trainer.experience import ExperienceCollector
+from dnmopd.trainer.prompts import Prompt
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # each restart takes about a minute on 2 cores
 
@@ -87,11 +91,12 @@ def test_a_restarted_rollout_server_is_resynced_and_probed_before_it_serves(tiny
 
 
 def test_a_teacher_killed_mid_scoring_and_restarted_loses_nothing(tiny_sglang, tiny_model_dir):
-    """Two fleets, `mask` and `stop`, stream samples through the default retry policy while the server is
-    SIGKILLed and restarted under them: neither loses or masks a sample."""
+    """Two collections, under the `mask` and the `stop` policy, score responses as they finish through the
+    default retry policy while the server is SIGKILLed and restarted under them: neither loses or masks one."""
     generator = torch.Generator().manual_seed(7)
     requests = [ScoreRequest(torch.randint(3, 1024, (40,), generator=generator).tolist(), 12) for _ in range(24)]
     reference = hf_scores(tiny_model_dir, requests)
+    prompts = [Prompt(i, r.token_ids[: r.prompt_len], "math", "", {}) for i, r in enumerate(requests)]
     fleets = {policy: TeacherFleet.Config(on_failure=policy).build({"math": SGLangTeacher.Config(
         name="math", model_path=str(tiny_model_dir), pool=ReplicaPool.Config(urls=[tiny_sglang.url])).build()})
         for policy in ("mask", "stop")}
@@ -101,29 +106,25 @@ def test_a_teacher_killed_mid_scoring_and_restarted_loses_nothing(tiny_sglang, t
         tiny_sglang.restart()
         restarted.set()
 
-    async def items(fleet, crash):
-        for index, request in enumerate(requests):
+    def collect(fleet, crash):
+        async def crash_at_eight(index):
             if index == 8 and crash:  # samples 0-7 are scored or in flight: crash the server under them
                 while fleet.scored["math"] < 4:
                     await asyncio.sleep(0.01)
                 threading.Thread(target=restart, daemon=True).start()
-            yield index, "math", request
-            await asyncio.sleep(0.05)
 
-    async def run():
-        try:
-            return await asyncio.gather(*(fleet.score_stream(items(fleet, policy == "mask"))
-                                          for policy, fleet in fleets.items()))
-        finally:
-            for fleet in fleets.values():
-                await fleet.aclose()
+        engine = ScriptedRollouts([r.response_ids for r in requests], interval_s=0.05, before=crash_at_eight)
+        collector = ExperienceCollector(engine, fleet, sampling=SamplingParams(), samples_per_prompt=1,
+                                        teachers_for=lambda domain: ["math"])
+        return collector.collect(prompts, seed_offset=0)
 
     try:
-        outcomes = asyncio.run(run())
+        with ThreadPoolExecutor(len(fleets)) as pool:  # each collection runs its own event loop
+            experiences = list(pool.map(collect, fleets.values(), [policy == "mask" for policy in fleets]))
     finally:  # never leave a server starting behind the fixture's back
         assert restarted.wait(timeout=600)
-    for fleet, results in zip(fleets.values(), outcomes, strict=True):
-        assert [r.index for r in results] == list(range(24)) and all(r.ok for r in results)
+    for fleet, experience in zip(fleets.values(), experiences, strict=True):
+        assert [s.prompt.index for s in experience.samples] == list(range(24))
         assert fleet.failures == {} and fleet.teacher("math").pool.counters["failed_attempts"] >= 1
-        for result, want in zip(results, reference, strict=True):
-            torch.testing.assert_close(result.scores.logprobs, want.logprobs, atol=2e-5, rtol=0)
+        for sample, want in zip(experience.samples, reference, strict=True):
+            torch.testing.assert_close(sample.scores["math"], want.logprobs, atol=2e-5, rtol=0)

@@ -1,19 +1,24 @@
 """Teacher scoring over real sockets against processes replaying recorded SGLang / vLLM answers:
-startup checks, retries, time-outs, failover, servers that die, and the failure policy."""
+startup checks, retries, time-outs, failover, servers that die, and the failure policy of the trainer's
+experience collection."""
 
 import asyncio
 
 import pytest
 import torch
+from scripted_rollouts import ScriptedRollouts
 from wire_fixtures import load_exchange
 
+from dnmopd.rollout.base import SamplingParams
 from dnmopd.serving.errors import RequestRejected, ServerUnavailable
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import InvalidTokenIds
-from dnmopd.teachers.base import ScoreRequest, TeacherError
-from dnmopd.teachers.fleet import TeacherBatchError, TeacherFleet, stack_teacher_logprobs
+from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScores
+from dnmopd.teachers.fleet import TeacherBatchError, TeacherFleet
 from dnmopd.teachers.sglang import SGLangTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
+from dnmopd.trainer.experience import ExperienceCollector
+from dnmopd.trainer.prompts import Prompt
 
 REF = load_exchange("hf_reference_logprobs")
 SEQ = REF["seq"]
@@ -154,46 +159,39 @@ def test_out_of_vocabulary_ids_never_reach_the_server(replay):
 
 
 def _kill_during_scoring(fleet, server, count=24):
-    """Stream `count` samples alternating math/code; SIGKILL the math server after 3 math samples."""
+    """Collect `count` responses (one every 30 ms) of prompts alternating math/code, each scored by its domain's
+    teacher as it finishes; SIGKILL the math server once it has scored 3."""
 
-    async def items():
-        for index in range(count):
-            yield index, ("math", "code")[index % 2], SAMPLES[index % 3]
-            await asyncio.sleep(0.03)
+    async def kill_after_three(index):
+        if fleet.scored["math"] >= 3:
+            server.kill()
 
-    async def killer():
-        while fleet.scored["math"] < 3:
-            await asyncio.sleep(0.005)
-        server.kill()
-
-    async def run():
-        kill = asyncio.create_task(killer())
-        try:
-            return await fleet.score_stream(items())
-        finally:
-            kill.cancel()
-            await fleet.aclose()
-
-    return asyncio.run(run())
+    samples = [SAMPLES[i % 3] for i in range(count)]
+    prompts = [Prompt(i, s.token_ids[: s.prompt_len], ("math", "code")[i % 2], "", {}) for i, s in enumerate(samples)]
+    engine = ScriptedRollouts([s.response_ids for s in samples], interval_s=0.03, before=kill_after_three)
+    collector = ExperienceCollector(engine, fleet, sampling=SamplingParams(), samples_per_prompt=1,
+                                    teachers_for=lambda domain: [domain])
+    return collector.collect(prompts, seed_offset=0)
 
 
-def test_a_killed_teacher_is_masked_and_counted(replay):
+def test_a_killed_teacher_is_masked_and_counted(replay, caplog):
     math_server, code_server = replay(), replay()
     fleet = TeacherFleet.Config(on_failure="mask").build(
         {"math": sglang(math_server, max_attempts=2), "code": sglang(code_server, name="code")}
     )
-    results = _kill_during_scoring(fleet, math_server)
-    assert [r.index for r in results] == list(range(24))  # nothing lost, nothing duplicated
-    failed = [r for r in results if not r.ok]
-    assert failed and all(r.teacher == "math" and "attempts failed" in r.error for r in failed)
-    assert fleet.failures == {"math": len(failed)}
+    experience = _kill_during_scoring(fleet, math_server)
+    samples = experience.samples
+    assert [s.prompt.index for s in samples] == list(range(24))  # nothing lost, nothing duplicated
+    failed = [s for s in samples if s.scores[s.domain] is None]
+    assert failed and all(s.domain == "math" for s in failed)
+    assert fleet.failures == {"math": len(failed)} and experience.teacher_failures == {"math": len(failed), "code": 0}
     assert fleet.scored["math"] >= 3 and fleet.scored["code"] == 12
-    for result in results:
-        if result.ok:
-            assert_matches_hf(result.request, result.scores)
-    logprobs, valid = stack_teacher_logprobs(results, 17)
-    assert valid.tolist() == [r.ok for r in results]
-    assert bool((logprobs[~valid] == 0).all())
+    warnings = [r.getMessage() for r in caplog.records if "teacher math failed on sample" in r.getMessage()]
+    assert len(warnings) == len(failed) and all("attempts failed" in w for w in warnings)
+    for sample in samples:
+        if sample.scores[sample.domain] is not None:
+            assert_matches_hf(ScoreRequest(sample.token_ids, len(sample.prompt.prompt_ids)),
+                              TeacherScores(sample.scores[sample.domain]))
 
 
 def test_a_killed_teacher_stops_the_batch_under_the_stop_policy(replay):

@@ -19,7 +19,7 @@ A mode sees the run only through its `ModeContext` (`dnmopd.trainer.context`). P
 
 Metrics are this rank's `{name: value}` dicts, reduced by name by the loop; every name a mode reports is
 declared in its `metrics` table (`metric_table`). A new mode is one file: a subclass, named in `mode_class`
-below and in `config.RUN_MODES`.
+below.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from dnmopd.registry import LazyRegistry
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.metric_table import MetricTable
 
@@ -87,10 +88,9 @@ class Mode(ABC):
         return None
 
 
-def mode_class(name: str) -> type[Mode]:
-    """The Mode subclass of `run.mode`."""
-    from dnmopd.trainer.modes.grpo import GRPOMode
-    from dnmopd.trainer.modes.opd import OPDMode
-    from dnmopd.trainer.modes.sft import SFTMode
-
-    return {"opd": OPDMode, "grpo": GRPOMode, "sft": SFTMode}[name]
+mode_class = LazyRegistry("run mode", {
+    "opd": "dnmopd.trainer.modes.opd:OPDMode",
+    "grpo": "dnmopd.trainer.modes.grpo:GRPOMode",
+    "sft": "dnmopd.trainer.modes.sft:SFTMode",
+})
+"""`mode_class(run.mode)`: the Mode subclass of the run mode (its module is imported then)."""
