@@ -1,5 +1,6 @@
 """The trainer's objectives against float64 references: the full-vocabulary KL to a routed teacher and to the pool
-mixture, the tempered student distribution, and the log-probs the PPO ratio is taken against."""
+mixture, the SFT cross-entropy, the tempered student distribution, and the log-probs the PPO ratio is taken
+against."""
 
 from types import SimpleNamespace
 
@@ -8,7 +9,14 @@ import torch
 
 from dnmopd.trainer.batch import TrainBatch
 from dnmopd.trainer.forward_backward import TokenView
-from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL, LMHead, LogProbs, ratio_reference
+from dnmopd.trainer.objectives import (
+    ClippedSurrogate,
+    FullVocabReverseKL,
+    LMHead,
+    LogProbs,
+    TokenCrossEntropy,
+    ratio_reference,
+)
 
 V, D, H, K = 37, 8, 6, 3  # vocab (not a power of two), student hidden, teacher hidden, teachers
 DOMAINS = ("math", "code", "ifeval")
@@ -77,6 +85,23 @@ def test_full_vocab_kl_to_routed_teachers_and_the_pool_mixture(temperature):
         assert pieces["kl_full_tokens"][d] == mine.sum()
     metrics = objective.metrics({k: v.double() for k, v in pieces.items() if k in objective.sizes}, steps=1)
     assert metrics["kl_full/all"].count == mask.sum()
+
+
+def test_sft_cross_entropy_is_the_token_mean_over_the_global_batch():
+    batch, tokens, weight, head, _ = problem(1.0, seed=2)
+    num_tokens = 17  # the optimizer batch's valid tokens: more than this micro-batch holds
+    loss, _ = TokenCrossEntropy(head, num_tokens=num_tokens)(batch, tokens)
+    loss.backward()
+    hidden = tokens.hidden.detach().double().requires_grad_()
+    w = weight.detach().double().requires_grad_()
+    logp = torch.log_softmax(hidden @ w.T, dim=-1).gather(1, tokens.targets[:, None]).squeeze(1)
+    mask = batch.loss_mask[tokens.rows, tokens.cols]  # the masked response adds nothing
+    want = -(logp * mask).sum() / num_tokens
+    want.backward()
+    torch.testing.assert_close(loss.double(), want, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(tokens.hidden.grad.double(), hidden.grad, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(weight.grad.double(), w.grad, rtol=1e-5, atol=1e-7)
+    assert not mask.all() and torch.all(tokens.hidden.grad[~mask] == 0)
 
 
 def test_the_student_distribution_is_tempered():
