@@ -35,6 +35,7 @@ import torch.distributed as dist
 from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
 from dnmopd.io import atomic_write
+from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.trainer import checkpoint
@@ -129,7 +130,9 @@ class Trainer:
         self.sampler = config.data.sampler.build(num_prompts=len(self.prompts), dp_rank=self.dp_rank,
                                                  dp_size=self.dp_size)
         mode = mode_class(config.run.mode)
-        self.rollout_engine = self._build_rollout_engine() if self.is_leader and mode.uses_rollout else None
+        self.rollout_backend = rollout_class(config.rollout.engine.backend)
+        self.rollout_engine = self.rollout_backend(config.rollout.engine.config) \
+            if self.is_leader and mode.uses_rollout else None
         self.teachers: dict = {}  # built when the mode asks for them
         self.verification = None  # likewise
         temperature = config.rollout.sampling.temperature if mode.uses_rollout else 1.0
@@ -145,7 +148,9 @@ class Trainer:
                                                             engine=self.rollout_engine, rank=self.rank,
                                                             model_vocab=vocab))
         self.start_update = self._resume()
-        if probing:  # before the engine's resync
+        if mode.uses_rollout:
+            self._start_rollout_engine()
+        if probing:
             self.measurements.probe = build_probe(
                 config, self.run_dir, resumed_at=self.start_update, layout=self.layout, vocab_size=vocab,
                 leader=self.leader, dims=self.dims, prompts=probe_prompts, engine=self.rollout_engine,
@@ -155,8 +160,6 @@ class Trainer:
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
                                         enabled=self.rank == 0 and config.logging.progress)
         self.last_metrics: dict[str, float] = {}
-        if self.start_update > 0 and self.mode.uses_rollout:
-            self._sync_weights(None, version=self.start_update)  # the engine starts from the resumed weights
 
     # ------------------------------------------------------------------------------------------- building
     def _write_resolved_config(self) -> None:
@@ -166,14 +169,13 @@ class Trainer:
                 f.write(dump_yaml(self.config))
         dist.barrier()
 
-    def _build_rollout_engine(self):
-        """This leader's rollout engine, checked (servers healthy and serving the student's folder)."""
-        from dnmopd.rollout import rollout_class
-
-        engine = self.config.rollout.engine
-        built = rollout_class(engine.backend)(engine.config)
-        built.check()
-        return built
+    def _start_rollout_engine(self) -> None:
+        """A fresh run checks its servers (healthy, serving the initial student); a resumed run sends them the
+        resumed weights, which loads and probes every replica whatever an earlier trainer left it serving."""
+        if self.start_update > 0:
+            self._sync_weights(None, version=self.start_update)
+        elif self.rollout_engine is not None:
+            self.rollout_engine.check()
 
     def _context(self) -> ModeContext:
         return ModeContext(
@@ -337,7 +339,7 @@ class Trainer:
         An in-process engine is each leader's own; server engines are shared by all data-parallel replicas, so
         only the first one updates them, once every replica's batch is complete, and every rank waits for it."""
         self.pipeline.weights_updated(version)  # refused while this rank's batch is being collected
-        shared = self.config.rollout.engine.backend != "inprocess"
+        shared = self.rollout_backend.shared_across_ranks
         if shared:
             dist.barrier()
         if not shared or self.dp_rank == 0:
@@ -348,7 +350,7 @@ class Trainer:
     def _send_weights(self, batch: TrainBatch | None) -> None:
         probe_batch = batch.select(slice(0, 1)) if batch is not None and batch.size else self._probe_batch()
         expected = self._logp(probe_batch, dataclasses.replace(self.head, temperature=1.0))  # servers score at T 1
-        tensors = self.student.hf_tensors(causal_lm_names=self.config.rollout.engine.backend == "inprocess")
+        tensors = self.student.hf_tensors(causal_lm_names=self.rollout_backend.causal_lm_weight_names)
         if not self.is_leader:
             for _ in tensors:  # the gather is collective: every model-parallel rank takes part
                 pass

@@ -7,7 +7,6 @@ import pytest
 import torch
 from wire_fixtures import load_exchange
 
-from dnmopd.config import Choice
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.rollout.sampling import sampling_logprobs
@@ -109,18 +108,23 @@ def test_start_up_check_of_the_rollout_servers(replay, tmp_path, backend):
         engine(healthy, tmp_path).check()
 
 
-def test_the_trainer_checks_the_rollout_servers_when_it_builds_its_engine(replay, tmp_path):
+def test_a_fresh_run_checks_the_rollout_servers_and_a_resumed_one_resyncs_them(replay, tmp_path):
+    """At start-up the trainer checks the servers of a fresh run; a resumed run's servers may still serve an earlier
+    trainer's update, so it sends them the resumed weights (which probes every replica) instead."""
     from dnmopd.trainer.trainer import Trainer
 
-    def build(server):
-        engine = Choice("sglang", sglang_config(server, tmp_path))
-        return Trainer._build_rollout_engine(SimpleNamespace(config=SimpleNamespace(rollout=SimpleNamespace(
-            engine=engine))))
+    def start(server, start_update):
+        synced = []
+        trainer = SimpleNamespace(start_update=start_update, rollout_engine=sglang_engine(server, tmp_path),
+                                  _sync_weights=lambda batch, version: synced.append(version))
+        Trainer._start_rollout_engine(trainer)
+        return synced
 
     sick = replay("unhealthy")
     with pytest.raises(RolloutError, match=f"rollout server {sick.url}/health_generate answered 503"):
-        build(sick)
-    assert isinstance(build(replay()), SGLangRollout)
+        start(sick, start_update=0)
+    assert start(replay(), start_update=0) == []
+    assert start(sick, start_update=3) == [3]
 
 
 def test_each_sample_is_scored_as_soon_as_its_rollout_finishes(tiny_model_dir):
