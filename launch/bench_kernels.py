@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton: the interpreter peer
     import torch
+
     from dnmopd.kernels.benchmarks import host_memory
     from dnmopd.kernels.benchmarks.harness import (
         ImplSpec,

@@ -1,8 +1,9 @@
 """Each test that takes ``backend`` runs once per implementation of the ops (native torch, Triton)."""
 
 import pytest
-from dnmopd.kernels.utils import BACKEND_ENV
 from kernel_reference import BACKENDS
+
+from dnmopd.kernels.utils import BACKEND_ENV
 
 
 @pytest.fixture(params=BACKENDS)

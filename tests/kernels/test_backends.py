@@ -7,16 +7,6 @@ import sys
 
 import pytest
 import torch
-from dnmopd.kernels import (
-    domain_stats,
-    fused_linear_logprob,
-    fused_opd_loss,
-    fused_reverse_kl,
-    linear_logprob,
-    opd_loss,
-    reverse_kl,
-)
-from dnmopd.kernels.utils import BACKEND_ENV, kernel_backend
 from kernel_reference import (
     BACKEND_TOL,
     BACKEND_TOL_BF16,
@@ -27,6 +17,17 @@ from kernel_reference import (
     random_head,
     rel_err,
 )
+
+from dnmopd.kernels import (
+    domain_stats,
+    fused_linear_logprob,
+    fused_opd_loss,
+    fused_reverse_kl,
+    linear_logprob,
+    opd_loss,
+    reverse_kl,
+)
+from dnmopd.kernels.utils import BACKEND_ENV, kernel_backend
 
 N, D, D_TEACHER, V = 37, 32, 16, 5000  # over one 4096 vocab block, ragged; several chunks of 16
 

@@ -5,8 +5,6 @@ import pytest
 import torch
 import torch.distributed as dist
 from distributed import run_workers
-from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
-from dnmopd.kernels.utils import kernel_backend
 from kernel_reference import (
     BACKEND_TOL,
     BACKENDS,
@@ -18,6 +16,9 @@ from kernel_reference import (
     response_mean,
     reverse_kl,
 )
+
+from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
+from dnmopd.kernels.utils import kernel_backend
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="gloo TP test runs the kernels on CPU")
 

@@ -2,9 +2,10 @@
 
 import pytest
 import torch
+from kernel_reference import DEVICE, leaf64, logprob_entropy, random_head, rel_err
+
 from dnmopd.kernels import fused_linear_logprob
 from dnmopd.kernels.linear_logprob import LogprobStats, logprob_grad_
-from kernel_reference import DEVICE, leaf64, logprob_entropy, random_head, rel_err
 
 # (tokens, hidden, vocab, temperature, chunk_size): N = 1, a vocab over one 4096 block and not a multiple
 # of it, vocab smaller than a block, several chunks with a ragged last one.

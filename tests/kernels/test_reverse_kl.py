@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from dnmopd.kernels import fused_reverse_kl
 from kernel_reference import DEVICE, leaf64, random_head, rel_err, response_mean, reverse_kl
+
+from dnmopd.kernels import fused_reverse_kl
 
 
 def _batch(n, num_local, seed):

@@ -50,7 +50,8 @@ def test_the_verifiers_section_selects_the_rules_the_run_grades_by():
     paper = load_config(TrainerConfig, [REPO / "configs/recipes/teacher_grpo.yaml",
                                         REPO / "configs/models/qwen3.5-4b.yaml"], ["verifiers.math.workers=1"])
     assert paper.verifiers.math.rules == "paper"
-    for config, expected in ((paper.verifiers, True), (Verification.Config(math=MathVerifier.Config(workers=1)), False)):
+    default = Verification.Config(math=MathVerifier.Config(workers=1))
+    for config, expected in ((paper.verifiers, True), (default, False)):
         verification = Verification(config, ["math"])
         try:
             assert verification.verdict("math", r"so \boxed{1e3}", "1000") is expected
