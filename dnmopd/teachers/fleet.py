@@ -2,10 +2,8 @@
 
 `TeacherFleet.score_one` scores one sample with its routed teacher; the trainer's experience collector
 (`dnmopd.trainer.experience`) calls it the moment each rollout finishes, so teacher prefill overlaps with the
-generation of the rest of the batch. The blocking `score_batch` sends each teacher's samples through its
-batched path instead (`score_many`: several samples per POST for the HTTP teachers, a rejected POST sent
-again sample by sample). A sample whose teacher still fails after the pool's retries, or that its server
-refuses (HTTP 4xx, e.g. longer than the teacher's context), is handled by `on_failure`:
+generation of the rest of the batch. A sample whose teacher still fails after the pool's retries, or that
+its server refuses (HTTP 4xx, e.g. longer than the teacher's context), is handled by `on_failure`:
 
 - `mask`: the sample is kept with `ok=False` and no scores; the trainer gives it advantage 0 on every token.
   Failures are counted per teacher (`failures`) and logged with the server's message.
@@ -16,10 +14,9 @@ Invalid token ids are a bug upstream, not a teacher failure: they always stop th
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dnmopd.serving.errors import ServingError
@@ -96,26 +93,6 @@ class TeacherFleet:
             return ScoredSample(index, teacher_name, request, None, str(outcome))
         self.scored[teacher_name] += 1
         return ScoredSample(index, teacher_name, request, outcome)
-
-    def score_batch(self, items: Iterable[tuple[str, ScoreRequest]]) -> list[ScoredSample]:
-        """Blocking: score `(teacher, request)` pairs, each teacher's through its batched `score_many`;
-        index = position in `items`."""
-        groups: dict[str, list[tuple[int, ScoreRequest]]] = defaultdict(list)
-        for index, (name, request) in enumerate(items):
-            groups[name].append((index, request))
-
-        async def run() -> list[list[TeacherScores | Exception]]:
-            try:
-                return await asyncio.gather(
-                    *(self.teacher(name).score_many([r for _, r in group]) for name, group in groups.items())
-                )
-            finally:
-                await self.aclose()
-
-        results = [self._judge(index, name, request, outcome)
-                   for (name, group), outcomes in zip(groups.items(), asyncio.run(run()), strict=True)
-                   for (index, request), outcome in zip(group, outcomes, strict=True)]
-        return sorted(results, key=lambda sample: sample.index)
 
     async def aclose(self) -> None:
         for teacher in self.teachers.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from dnmopd.hf.inprocess import InProcessModel
 from dnmopd.rollout.base import Rollout, RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.trainer.method import Method
@@ -22,7 +23,7 @@ def teacher_answers(config, prompts: Sequence[Prompt], sampling: SamplingParams,
         mine = [p for p in prompts if method.router.label_teacher(p.domain) == name]
         if not mine:
             continue
-        if model.backend != "inprocess":
+        if not isinstance(model.config, InProcessModel):  # generation needs the model itself, not a server
             raise ValueError(f"{purpose} runs in-process teachers; {name} is {model.backend}")
         engine = InProcessRollout(InProcessRollout.Config(model_path=model.config.model_path,
                                                           device=model.config.device, dtype=model.config.dtype))

@@ -28,11 +28,11 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from dnmopd.config import ConfigError, RawConfig, load_yaml
+from dnmopd.serving.servers import BACKENDS as HTTP_BACKENDS
 from dnmopd.serving.servers import read_server_map
 
 ROLLOUT = "rollout"
 BIND_ALL = {"0.0.0.0", "::", ""}
-HTTP_BACKENDS = ("sglang", "vllm")
 
 
 class OverlayError(ValueError):

@@ -7,6 +7,8 @@ every answer, identity after an update, and an over-long sample that only costs 
 """
 
 
+import asyncio
+
 import pytest
 import torch
 from sglang_servers import CONTEXT_LENGTH
@@ -19,7 +21,6 @@ from dnmopd.rollout.sglang import SGLangRollout
 from dnmopd.serving.errors import RequestRejected
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.teachers.base import ScoreRequest
-from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
 
@@ -136,13 +137,18 @@ def test_an_over_long_sample_costs_only_itself(tiny_sglang, tiny_model_dir):
     requests = random_requests([(18, 10), (CONTEXT_LENGTH + 20, 10), (40, 5), (7, 1)], seed=5)
     reference = hf_scores(tiny_model_dir, [requests[i] for i in (0, 2, 3)])
     served_teacher = teacher(tiny_sglang, tiny_model_dir, batch_request_size=4)
-    fleet = TeacherFleet.Config(on_failure="mask").build({"math": served_teacher})
-    results = fleet.score_batch([("math", r) for r in requests])
-    assert [r.ok for r in results] == [True, False, True, True]
-    assert "longer than the model's context length" in results[1].error
-    assert fleet.failures == {"math": 1} and fleet.scored == {"math": 3}
+
+    async def score_many():
+        try:
+            return await served_teacher.score_many(requests)
+        finally:
+            await served_teacher.aclose()
+
+    results = asyncio.run(score_many())  # per-sample outcomes: scores, or the error that ended the sample
+    assert [isinstance(r, Exception) for r in results] == [False, True, False, False]
+    assert "longer than the model's context length" in str(results[1])
     assert served_teacher.pool.counters["isolated_chunks"] == 1  # one POST of 4, then 4 POSTs of 1
     for result, want in zip([results[i] for i in (0, 2, 3)], reference, strict=True):
-        torch.testing.assert_close(result.scores.logprobs, want.logprobs, atol=2e-5, rtol=0)
+        torch.testing.assert_close(result.logprobs, want.logprobs, atol=2e-5, rtol=0)
     with pytest.raises(RequestRejected, match="context length"):  # the blocking call names the failure
         teacher(tiny_sglang, tiny_model_dir, batch_request_size=4).score_batch(requests)
