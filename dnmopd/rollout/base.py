@@ -28,9 +28,11 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
+
+from dnmopd.serving.blocking import run_blocking
 
 FINISH_REASONS = ("stop", "length")
 
@@ -68,6 +70,19 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.top_k={self.top_k}: use -1 (off) or a value >= 1")
         if self.max_new_tokens < 1:
             raise ValueError(f"SamplingParams.max_new_tokens={self.max_new_tokens}: must be >= 1")
+
+    def request_fields(self, seed: int | None, *, max_tokens: str, seed_field: str) -> dict[str, Any]:
+        """These options as an inference server's request fields, under its names for the token cap and the seed;
+        top_k, stop ids and the seed only when set."""
+        fields: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p,
+                                  max_tokens: self.max_new_tokens}
+        if self.top_k != -1:
+            fields["top_k"] = self.top_k
+        if self.stop_token_ids:
+            fields["stop_token_ids"] = list(self.stop_token_ids)
+        if seed is not None:
+            fields[seed_field] = seed
+        return fields
 
     @property
     def greedy(self) -> bool:
@@ -159,14 +174,10 @@ class RolloutEngine(ABC):
     def generate_batch(self, requests: Sequence[RolloutRequest], params: SamplingParams) -> list[Rollout]:
         """Blocking: all rollouts, in request order."""
 
-        async def run() -> list[Rollout]:
-            try:
-                rollouts = [r async for r in self.stream(requests, params)]
-            finally:
-                await self.aclose()
-            return sorted(rollouts, key=lambda r: r.sample_id)
+        async def collect() -> list[Rollout]:
+            return [r async for r in self.stream(requests, params)]
 
-        return asyncio.run(run())
+        return sorted(run_blocking(collect, self), key=lambda r: r.sample_id)
 
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], probe: WeightProbe) -> None:

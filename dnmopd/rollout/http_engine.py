@@ -35,6 +35,7 @@ from dnmopd.rollout.base import (
     WeightProbe,
     WeightUpdateError,
 )
+from dnmopd.serving.blocking import run_blocking
 from dnmopd.serving.errors import ServingError, StaleReplica
 from dnmopd.serving.hf_folder import check_weights_folder, write_hf_folder
 from dnmopd.serving.pool import Replica
@@ -145,23 +146,18 @@ class HttpRolloutEngine(RolloutEngine):
         folder = check_weights_folder(folder)
         version = version_tag(self.weight_version + 1)
 
-        async def run() -> None:
+        async def update(replica: Replica) -> None:
             try:
-                for replica in self.pool.replicas:
-                    try:
-                        await self._load(replica, folder, version)
-                        served = await self._probe_logprobs(replica, probe)
-                    except ServingError as error:
-                        message = f"rollout server {replica.url}: weight update failed: {error}"
-                        raise WeightUpdateError(message) from error
-                    try:
-                        probe.verify(served, source=f"rollout server {replica.url}")
-                    except WeightUpdateError as error:
-                        raise WeightUpdateError(f"{error}{self.probe_failure_hint}") from None
-            finally:
-                await self.aclose()
+                await self._load(replica, folder, version)
+                served = await self._probe_logprobs(replica, probe)
+            except ServingError as error:
+                raise WeightUpdateError(f"rollout server {replica.url}: weight update failed: {error}") from error
+            try:
+                probe.verify(served, source=f"rollout server {replica.url}")
+            except WeightUpdateError as error:
+                raise WeightUpdateError(f"{error}{self.probe_failure_hint}") from None
 
-        asyncio.run(run())
+        run_blocking(lambda: self.pool.each_replica(update), self)
         self.weight_version += 1
         self._probe = probe
         previous, self._served_folder = self._served_folder, folder
@@ -171,15 +167,7 @@ class HttpRolloutEngine(RolloutEngine):
     def check(self) -> None:
         """Every replica answers its health route with 200 and serves `served_folder` at `expected_version`
         (a replica at another version is re-synced); errors name the replica's URL."""
-
-        async def run() -> None:
-            try:
-                for replica in self.pool.replicas:
-                    await self._check_replica(replica)
-            finally:
-                await self.aclose()
-
-        asyncio.run(run())
+        run_blocking(lambda: self.pool.each_replica(self._check_replica), self)
 
     async def _check_replica(self, replica: Replica) -> None:
         try:

@@ -37,15 +37,7 @@ def sglang_sampling(params: SamplingParams, seed: int | None, *, deterministic_s
             "SGLang ignores sampling_seed unless the server runs with --enable-deterministic-inference; "
             "start it so and set deterministic_server=true, or sample with seed=None"
         )
-    sampling: dict[str, Any] = {"temperature": params.temperature, "top_p": params.top_p,
-                                "max_new_tokens": params.max_new_tokens}
-    if params.top_k != -1:
-        sampling["top_k"] = params.top_k
-    if params.stop_token_ids:
-        sampling["stop_token_ids"] = list(params.stop_token_ids)
-    if seed is not None:
-        sampling["sampling_seed"] = seed
-    return sampling
+    return params.request_fields(seed, max_tokens="max_new_tokens", seed_field="sampling_seed")
 
 
 def sampled_logprobs(reported: torch.Tensor, top_values: torch.Tensor | None) -> torch.Tensor:

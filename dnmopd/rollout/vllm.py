@@ -41,15 +41,7 @@ def vllm_sampling(params: SamplingParams, seed: int | None, *, server_logprobs_m
             f"top_p={params.top_p} sample from a different distribution; start the server with "
             "--logprobs-mode processed_logprobs and set server_logprobs_mode accordingly"
         )
-    sampling: dict[str, Any] = {"max_tokens": params.max_new_tokens, "temperature": params.temperature,
-                                "top_p": params.top_p}
-    if params.top_k != -1:
-        sampling["top_k"] = params.top_k
-    if params.stop_token_ids:
-        sampling["stop_token_ids"] = list(params.stop_token_ids)
-    if seed is not None:
-        sampling["seed"] = seed
-    return sampling
+    return params.request_fields(seed, max_tokens="max_tokens", seed_field="seed")
 
 
 class VLLMRollout(HttpRolloutEngine):

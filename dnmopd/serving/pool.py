@@ -159,6 +159,11 @@ class ReplicaPool:
 
     # -- replica choice ------------------------------------------------------------------------------------
 
+    async def each_replica(self, action: Callable[[Replica], Awaitable[None]]) -> None:
+        """`action(replica)` on every replica in turn (the first failure stops)."""
+        for replica in self.replicas:
+            await action(replica)
+
     def pick(self, exclude: Replica | None = None) -> Replica:
         now = time.monotonic()
         usable = [r for r in self.replicas if r is not exclude] or self.replicas

@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import torch
 
+from dnmopd.serving.blocking import run_blocking
 from dnmopd.serving.errors import ServingError
 
 
@@ -103,14 +104,7 @@ class TeacherScorer(ABC):
 
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Blocking convenience: score all requests concurrently, in order; the first failure is raised."""
-
-        async def run() -> list[TeacherScores]:
-            try:
-                return list(await asyncio.gather(*(self.score(r) for r in requests)))
-            finally:
-                await self.aclose()
-
-        return asyncio.run(run())
+        return list(run_blocking(lambda: asyncio.gather(*(self.score(r) for r in requests)), self))
 
     def check(self) -> None:
         """Startup checks (health, identity, vocabulary). Raises `TeacherError` when one fails."""

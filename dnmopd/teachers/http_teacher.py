@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from dnmopd.hf.models import resolve_vocab_size
+from dnmopd.serving.blocking import run_blocking
 from dnmopd.serving.errors import RequestRejected, ServingError, TransientServerError
 from dnmopd.serving.pool import ReplicaPool
 from dnmopd.serving.token_ids import validate_token_ids
@@ -112,14 +113,7 @@ class HttpTeacher(TeacherScorer):
 
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Blocking `score_many`; the first failed sample's error is raised."""
-
-        async def run() -> list[TeacherScores | Exception]:
-            try:
-                return await self.score_many(requests)
-            finally:
-                await self.aclose()
-
-        outcomes = asyncio.run(run())
+        outcomes = run_blocking(lambda: self.score_many(requests), self)
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 raise outcome
@@ -139,15 +133,7 @@ class HttpTeacher(TeacherScorer):
 
     def check(self) -> None:
         """Every replica: health endpoint answers 200 and the model info shows `model_path`."""
-
-        async def run() -> None:
-            try:
-                for replica in self.pool.replicas:
-                    await self._check_replica(replica)
-            finally:
-                await self.aclose()
-
-        asyncio.run(run())
+        run_blocking(lambda: self.pool.each_replica(self._check_replica), self)
 
     async def _check_replica(self, replica) -> None:
         timeout = self.config.health_timeout_s

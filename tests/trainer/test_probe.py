@@ -76,7 +76,9 @@ def test_probe_kl_matches_float64_transformers_and_stays_fixed(demo_models, tmp_
         assert set(probe_values(record)) == {*DOMAINS, "all"}
         for key, value in probe_values(record).items():
             assert value == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
-    assert probe_values(records[0]) == probe_values(records[1])  # the same probe, the same student
+    # the same probe, the same student: equal up to float32 rounding, since MKL's CPU GEMMs sum in an order that
+    # depends on the buffers' alignment (bit-equal under MKL_CBWR=COMPATIBLE; 1.4e-7 apart without, on some CPUs)
+    assert probe_values(records[1]) == pytest.approx(probe_values(records[0]), rel=1e-6, abs=0)
 
 
 @pytest.mark.slow
