@@ -13,25 +13,22 @@ import logging
 import sys
 from pathlib import Path
 
+from dnmopd.config.cli import add_config_arguments, config_from_arguments
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--config", action="append", required=True, help="run config YAML (repeatable)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config value (repeatable)")
+    add_config_arguments(parser, "run config YAML")
     parser.add_argument("--output", required=True, type=Path, help="bank file to write (e.g. runs/bank.pt)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    from dnmopd.config import ConfigError, load_config
     from dnmopd.trainer.config import TrainerConfig
     from dnmopd.trainer.injection_bank_builder import build_bank
 
-    try:
-        config = load_config(TrainerConfig, args.config, args.overrides)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
+    config = config_from_arguments(TrainerConfig, args)
+    if config is None:
         return 2
     build_bank(config, args.output)
     return 0

@@ -11,24 +11,22 @@ import argparse
 import logging
 import sys
 
+from dnmopd.config.cli import add_config_arguments, config_from_arguments
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    parser.add_argument("--config", action="append", required=True, help="YAML config (repeatable, merged in order)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config value, e.g. --set train.updates=10 (repeatable)")
+    add_config_arguments(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    from dnmopd.config import ConfigError, dump_yaml, load_config
+    from dnmopd.config import dump_yaml
     from dnmopd.trainer.config import TrainerConfig
 
-    try:
-        config = load_config(TrainerConfig, args.config, args.overrides)
-    except ConfigError as err:
-        print(f"config error: {err}", file=sys.stderr)
+    config = config_from_arguments(TrainerConfig, args)
+    if config is None:
         return 2
     if args.print_config:
         print(dump_yaml(config), end="")
