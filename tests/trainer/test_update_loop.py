@@ -178,7 +178,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     config = SimpleNamespace(
         train=SimpleNamespace(updates=updates, optimizer_steps_per_update=steps),
         checkpoint=SimpleNamespace(save_every=save_every, export_hf=False, keep_last=2),
-        logging=SimpleNamespace(report=False), rollout=SimpleNamespace(engine=SimpleNamespace(backend="inprocess")))
+        logging=SimpleNamespace(report=False))
     trainer = trainer_module.Trainer.__new__(trainer_module.Trainer)  # the loop without the composition root
     head = LMHead(forward, None, None)
     trainer.config, trainer.rank, trainer.dp_rank, trainer.leader, trainer.is_leader = config, 0, 0, 0, True
@@ -189,6 +189,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     trainer.mode = FakeMode(SimpleNamespace(config=config, head=head), events)
     trainer.optimization = FakeOptimization(forward, events)
     trainer.rollout_engine = FakeRolloutEngine(forward, events)
+    trainer.rollout_backend = SimpleNamespace(shared_across_ranks=False, causal_lm_weight_names=True)
     trainer.metric_table = (trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS
                             | FakeMode.metrics)
     trainer.pipeline = RolloutPipeline(trainer.mode.collect, ahead=ahead)
