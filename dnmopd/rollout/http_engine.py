@@ -171,7 +171,7 @@ class HttpRolloutEngine(RolloutEngine):
 
     async def _check_replica(self, replica: Replica) -> None:
         try:
-            status, _ = await self.pool.request_to(replica, "GET", self.health_path, timeout_s=60)
+            status = await self.pool.health_status(replica, timeout_s=60)
             if status != 200:
                 raise RolloutError(f"rollout server {replica.url}{self.health_path} answered {status}")
             try:

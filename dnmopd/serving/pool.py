@@ -196,13 +196,17 @@ class ReplicaPool:
             return
         self._health_checks[replica.url] = asyncio.get_running_loop().create_task(self._health_check(replica))
 
+    async def health_status(self, replica: Replica, *, timeout_s: float) -> int:
+        """The HTTP status with which the replica answers its health route (one attempt)."""
+        status, _ = await self.request_to(replica, "GET", self.health_path, timeout_s=timeout_s)
+        return status
+
     async def _health_check(self, replica: Replica) -> None:
         """Re-check a cooling replica's health route until it answers 200, then end its cool-down."""
         while replica.cooldown_until > 0:
             await asyncio.sleep(self.config.health_check_interval_s)
             try:
-                status, _ = await self.request_to(replica, "GET", self.health_path,
-                                                  timeout_s=self.config.request_timeout_s)
+                status = await self.health_status(replica, timeout_s=self.config.request_timeout_s)
             except TransientServerError:
                 status = 0
             if status == 200:

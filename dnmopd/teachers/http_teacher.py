@@ -138,7 +138,7 @@ class HttpTeacher(TeacherScorer):
     async def _check_replica(self, replica) -> None:
         timeout = self.config.health_timeout_s
         try:
-            status, _ = await self.pool.request_to(replica, "GET", self.health_path, timeout_s=timeout)
+            status = await self.pool.health_status(replica, timeout_s=timeout)
             if status != 200:
                 raise TeacherError(f"teacher {self.name}: {replica.url}{self.health_path} answered {status}")
             status, text = await self.pool.request_to(replica, "GET", self.info_path, timeout_s=timeout)

@@ -19,8 +19,8 @@ table to `metric_table`); a measurement of the updated weights joins `Measuremen
 the optimizer steps for the student's weights, after the weight sync for the rollout engine's.
 
 Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
-sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, measurements
-(the evaluation's checks), checkpoint resume, the fixed probe (sampled by the initial student), metrics.
+sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, measurements,
+resume, the rollout servers' check (resumed: their weight sync), the fixed probe (initial student's), metrics.
 """
 
 from __future__ import annotations
