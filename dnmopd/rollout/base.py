@@ -147,7 +147,7 @@ class RolloutEngine(ABC):
     """Generates responses for the student. Built from its backend's `Config.build()`.
 
     What the trainer must know of a backend before it has an engine (off the model-parallel leaders it has
-    none) is declared on the class:"""
+    none) is declared on the class (`shared_across_ranks`, `causal_lm_weight_names`)."""
 
     shared_across_ranks: ClassVar[bool] = False
     """One engine (a set of servers) serves every data-parallel rank, so one rank updates its weights for all;
