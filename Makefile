@@ -43,7 +43,7 @@ demo-label: $(PKG)
 demo-compare: demo demo-label
 	$(PY) -m dnmopd.trainer.report runs/demo-cpu runs/demo-cpu-label --output runs/demo-dn-vs-label.png
 
-test: $(PKG) vllm-env sglang-env
+test: lint vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 	cmake --build build/ctest
 	ctest --test-dir build/ctest --output-on-failure
@@ -99,7 +99,7 @@ $(SGLANG_ENV)/.complete:
 	touch $@
 
 lint: $(PKG)
-	$(VENV)/bin/ruff check dnmopd kernels launch tests
+	$(VENV)/bin/ruff check dnmopd launch tests docs
 
 clean:
 	rm -rf build .pytest_cache

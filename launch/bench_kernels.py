@@ -10,7 +10,7 @@ and writes bench_kernels.json and bench_kernels.md to --out. On CPU, ``dnmopd`` 
 (what CPU tensors get) and ``dnmopd[backend=triton]`` the same op in the Triton interpreter. With
 --demo-updates N it also runs the CPU demo (configs/demo_cpu.yaml, `make demo`'s command) for N updates on
 each backend and reports the per-update times and their ratio (bench_demo.md). The method is described in
-docs/benchmarks.md and in dnmopd.kernels.benchmarks.harness / .demo.
+docs/benchmarks.md and in dnmopd.benchmarks.harness / .demo_updates.
 """
 
 from __future__ import annotations
@@ -70,17 +70,17 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_demo(args) -> int:
-    from dnmopd.kernels.benchmarks import demo
+    from dnmopd.benchmarks import demo_updates
 
     try:
-        timings = demo.compare(REPO, args.out.resolve(), args.demo_updates, args.demo_set, args.demo_rounds)
+        timings = demo_updates.compare(REPO, args.out.resolve(), args.demo_updates, args.demo_set, args.demo_rounds)
     except (RuntimeError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     overrides = " ".join(f"--set {item}" for item in args.demo_set)
     table = (f"# Demo update time per kernel backend\n\n{args.demo_rounds} x {args.demo_updates} updates per backend "
              f"of configs/demo_cpu.yaml {overrides}, load average at the end {os.getloadavg()[0]:.1f}\n\n"
-             f"{demo.markdown(timings)}\n")
+             f"{demo_updates.markdown(timings)}\n")
     path = args.out / "bench_demo.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(table)
@@ -96,8 +96,8 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton: the interpreter peer
     import torch
 
-    from dnmopd.kernels.benchmarks import host_memory
-    from dnmopd.kernels.benchmarks.harness import (
+    from dnmopd.benchmarks import host_memory
+    from dnmopd.benchmarks.harness import (
         ImplSpec,
         environment,
         load_shapes,

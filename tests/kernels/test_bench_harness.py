@@ -46,7 +46,7 @@ def test_cpu_quick_run_writes_reports(tmp_path):
 
 HOST_MEMORY_CHECK = """
 import json, torch
-from dnmopd.kernels.benchmarks import host_memory
+from dnmopd.benchmarks import host_memory
 reason = host_memory.track_freed_memory()
 if reason:
     print(json.dumps({"reason": reason})); raise SystemExit
@@ -89,7 +89,7 @@ def test_bad_arguments_exit_2(tmp_path, capsys, argv, message):
 
 
 def test_demo_timing_leaves_each_runs_first_update_out_of_the_medians():
-    from dnmopd.kernels.benchmarks.demo import DemoTiming, markdown
+    from dnmopd.benchmarks.demo_updates import DemoTiming, markdown
 
     native, triton = DemoTiming("native"), DemoTiming("triton")
     runs = {"native": [[9.0, 2.0, 3.0], [8.0, 2.5, 2.0]], "triton": [[30.0, 20.0, 21.0], [25.0, 19.0, 22.0]]}

@@ -21,9 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dnmopd.kernels.utils import BACKEND_ENV
 from dnmopd.trainer.metrics import METRICS_FILE, read_metrics
-
-from ..utils import BACKEND_ENV
 
 DEMO_CONFIG = Path("configs/demo_cpu.yaml")
 DEMO_MODELS = Path("runs/demo-models")  # where configs/demo_cpu.yaml looks for its models

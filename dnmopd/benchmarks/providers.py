@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..opd_loss import fused_opd_loss
-from ..utils import chunk_budget, chunk_rows, kernel_backend, use_triton
+from dnmopd.kernels.opd_loss import fused_opd_loss
+from dnmopd.kernels.utils import chunk_budget, chunk_rows, kernel_backend, use_triton
 
 
 @dataclass

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for the kernels: compiled-Triton correctness (tests/kernels on CUDA) and the benchmark.
 #
-#   bash dnmopd/kernels/benchmarks/h200_session.sh OUT_DIR
+#   bash launch/h200_session.sh OUT_DIR
 #
 # Run from the repository root on a CUDA machine with torch and triton. Wheels under .whl/ (liger-kernel,
 # cut-cross-entropy) are installed into /tmp/site first; dnmopd.kernels is laid out from the checkout under

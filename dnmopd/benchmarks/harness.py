@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import yaml
 
-from . import host_memory
-from .providers import PROVIDERS, StepInputs, default_chunk_rows, make_inputs, torch_step
+from dnmopd.benchmarks import host_memory
+from dnmopd.benchmarks.providers import PROVIDERS, StepInputs, default_chunk_rows, make_inputs, torch_step
 
 OPTIONS = {"chunk_rows": int, "logits_dtype": str, "backend": str}
 
