@@ -41,7 +41,7 @@ demo-label: $(PKG)
 		--config configs/demo_cpu_label.yaml
 
 demo-compare: demo demo-label
-	$(PY) -m dnmopd.trainer.report runs/demo-cpu runs/demo-cpu-label --output runs/demo-dn-vs-label.png
+	$(PY) -m dnmopd.trainer.measurements.report runs/demo-cpu runs/demo-cpu-label --output runs/demo-dn-vs-label.png
 
 test: lint vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from dnmopd.io import atomic_write
-from dnmopd.trainer.evaluation import EVAL_METRICS
-from dnmopd.trainer.experience import EXPERIENCE_METRICS
+from dnmopd.trainer.experience.collector import EXPERIENCE_METRICS
+from dnmopd.trainer.measurements.evaluation import EVAL_METRICS
+from dnmopd.trainer.measurements.probe import PROBE_METRICS
 from dnmopd.trainer.modes.base import mode_class
-from dnmopd.trainer.objectives import OBJECTIVE_METRICS
-from dnmopd.trainer.probe import PROBE_METRICS
+from dnmopd.trainer.step.objectives import OBJECTIVE_METRICS
 from dnmopd.trainer.trainer import LOOP_METRICS
 
 DOC = Path(__file__).with_name("metrics.md")
@@ -25,7 +25,7 @@ HEAD = """# Metrics
 
 Every update writes one record to `<run_dir>/metrics.jsonl` (and TensorBoard / W&B): `step`, `time` and the
 metrics below. Each rank measures its part; the parts are combined over the data-parallel ranks by the
-reduction each metric declares (`dnmopd/trainer/metric_table.py`): `sum`, `mean` (totals and counts summed,
+reduction each metric declares (`dnmopd/trainer/measurements/metric_table.py`): `sum`, `mean` (totals and counts summed,
 then divided: a mean over the whole batch), `max`, `min`, or `global` (already equal on every rank). A
 `{placeholder}` is a domain (`data.domains`), a teacher name or a phase. A metric is absent from a record
 when it does not apply (e.g. `accuracy/*` without verification, a domain without responses).

@@ -111,7 +111,7 @@ def run_once(args, models: Path, url: str, name: str, ahead: int) -> dict:
     from dnmopd.config import load_config
     from dnmopd.trainer.config import TrainerConfig
     from dnmopd.trainer.entry import run
-    from dnmopd.trainer.metrics import read_metrics
+    from dnmopd.trainer.measurements.metrics import read_metrics
 
     runs = args.work / "runs"
     reset_server(models, url, runs / "updates" / "reset")

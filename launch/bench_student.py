@@ -140,7 +140,7 @@ class LengthMix:
         return out
 
     def train_batch(self, vocab_size: int, seed: int):
-        from dnmopd.trainer.batch import TrainBatch
+        from dnmopd.trainer.step.batch import TrainBatch
 
         gen = torch.Generator().manual_seed(seed)
         prompts = [torch.randint(0, vocab_size, (n,), generator=gen).tolist() for n in self.prompt_lens]
@@ -159,7 +159,7 @@ def _draw_gamma(shape: float, scale: float, cap: float, count: int) -> list[int]
 # ------------------------------------------------------------------------------------------------ accounting
 def accounting(batch, max_tokens: int, pipelines: list[int]) -> list[dict]:
     """Tokens the model computes for `batch`, padded vs packed, at each pipeline size (no virtual stages)."""
-    from dnmopd.trainer.forward_backward import split_micro_batches
+    from dnmopd.trainer.step.forward_backward import split_micro_batches
 
     real = int(batch.sequence_lens.sum())
     rows = []
@@ -217,7 +217,7 @@ def time_student(args, batch, student, max_tokens: int) -> dict:
     """Forward+backward of the whole batch, padded and packed alternately; medians, their ratio, peak memory."""
     import torch.distributed as dist
 
-    from dnmopd.trainer.forward_backward import StudentForward
+    from dnmopd.trainer.step.forward_backward import StudentForward
 
     device = next(student.chunks[0].parameters()).device
     direction = torch.randn(student.arch.hidden_size, generator=torch.Generator().manual_seed(1)).to(device)

@@ -85,3 +85,80 @@ def test_the_import_scan_sees_every_form_of_import():
     for code in ("from dnmopd.hf.inprocess import score_responses", "from . import base", "import dnmopd.teachersx",
                  "from .sampling import draw"):
         assert not imports_package(ast.parse(code), package, "dnmopd.teachers"), code
+
+
+def module_graph(sources: dict[str, str], packages: set[str]) -> dict[str, set[str]]:
+    """{module: the modules its code imports}, anywhere in the module (inside functions too), among `sources`
+    ({dotted name: source}; `packages` names those that are a package's __init__). `from a import b` is an
+    import of the submodule a.b when there is one, else of a; a parent package's __init__, which Python runs
+    first, counts only where it is imported."""
+    graph = {}
+    for name, source in sources.items():
+        package = name if name in packages else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{parent}.{base}" if base else parent
+                edges |= {f"{base}.{a.name}" if f"{base}.{a.name}" in sources else base for a in node.names}
+            elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None)) in (
+                    "import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+                edges.add(str(node.args[0].value))
+        graph[name] = edges & sources.keys()
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of two or more modules, or a module importing itself (Tarjan)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1 or node in graph[node]:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_import_cycle_inside_the_package():
+    sources, packages = {}, set()
+    for path in sorted((ROOT / "dnmopd").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if path.name == "__init__.py" else parts)
+        sources[name] = path.read_text()
+        if path.name == "__init__.py":
+            packages.add(name)
+    cycles = import_cycles(module_graph(sources, packages))
+    assert cycles == [], f"import cycles inside dnmopd (imports inside functions count too): {cycles}"
+
+
+def test_the_cycle_scan_sees_cycles_closed_inside_functions():
+    sources = {"p": "", "p.a": "from p.b import thing\n", "p.b": "def f():\n    from p import c\n",
+               "p.c": "import p.a\n", "p.d": "from p.a import x\n"}
+    assert import_cycles(module_graph(sources, {"p"})) == [["p.a", "p.b", "p.c"]]
+    assert import_cycles(module_graph({**sources, "p.c": ""}, {"p"})) == []
+    relative = {"q": "", "q.x": "from . import y\n", "q.y": "from .x import z\n"}
+    assert import_cycles(module_graph(relative, {"q"})) == [["q.x", "q.y"]]
+    registry = {"r": "def get():\n    from r.impl import Impl\n", "r.impl": "from r import helper\n"}
+    assert import_cycles(module_graph(registry, {"r"})) == [["r", "r.impl"]]  # a name from the package's __init__
+    assert import_cycles(module_graph({**registry, "r.helper": ""}, {"r"})) == []  # a submodule of it

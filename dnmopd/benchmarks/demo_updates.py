@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dnmopd.kernels.utils import BACKEND_ENV
-from dnmopd.trainer.metrics import METRICS_FILE, read_metrics
+from dnmopd.trainer.measurements.metrics import METRICS_FILE, read_metrics
 
 DEMO_CONFIG = Path("configs/demo_cpu.yaml")
 DEMO_MODELS = Path("runs/demo-models")  # where configs/demo_cpu.yaml looks for its models

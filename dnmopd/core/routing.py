@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 import torch
 
 ROUTING_RULES = ("label", "single", "pool", "dynamic")
+POOL = "pool"
+"""The target pool routing applies to every response: the uniform mixture of all teachers (in place of a name)."""
+POOL_INDEX = -1
+"""`TrainBatch.teacher_index` of a response whose full-vocabulary target is the pool mixture (teachers are >= 0)."""
 SENTINEL = -100.0
 """Marks a failed teacher score in a log-prob row (a value no real log-prob row should hold exactly)."""
 
@@ -163,12 +167,12 @@ class Router:
         self, domain: str | None, per_teacher: Mapping[str, object], length: int,
         loss_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, str]:
-        """(target log-probs float32 (length,), name of the applied teacher or "pool")."""
+        """(target log-probs float32 (length,), name of the applied teacher or POOL)."""
         needed = self.teachers_needed(domain)
         rows = validated_rows({n: per_teacher.get(n) for n in needed}, needed, length)
         rule = self.config.rule
-        if rule == "pool":
-            return pool_logp(rows), "pool"
+        if rule == POOL:
+            return pool_logp(rows), POOL
         if rule == "dynamic":
             name = argmin_name(mean_scores(rows, response_mask(loss_mask, length)))
             return rows[name].clone(), name

@@ -14,6 +14,8 @@ from dnmopd.data.manifest import RELEASE_LAYOUT
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "samples"
 CHECKOUT_SAMPLE_DIR = CHECKOUT / "data" / "samples"
+SAMPLES_PREFIX = "samples:"
+"""Names a file of the embedded sample data in a config's data paths: `samples:student/train_3domain.jsonl`."""
 
 
 def sample_dir() -> Path:
@@ -32,3 +34,11 @@ def sample_file(rel: str) -> Path:
     if rel not in RELEASE_LAYOUT:
         raise KeyError(f"no sample file {rel!r} (files: {', '.join(RELEASE_LAYOUT)})")
     return sample_dir() / rel
+
+
+def resolve_data_path(path: Path) -> Path:
+    """`samples:<file>` names a file of the embedded sample data; other paths are used as given."""
+    text = str(path)
+    if text.startswith(SAMPLES_PREFIX):
+        return sample_file(text[len(SAMPLES_PREFIX):])
+    return path

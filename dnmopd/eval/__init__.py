@@ -5,5 +5,5 @@ built from them, hash-checked; ``lcb`` decodes LiveCodeBench problems) -> ``gene
 ``dnmopd.rollout`` engine, chunked and resumable) -> ``graders`` + ``grade`` (cached verdicts, per-question
 records) -> ``scores`` (avg@n, domains, Total) -> ``report`` (table, JSON, plot) and ``bootstrap`` (paired
 intervals). ``runner`` ties them together (``plan_suite``, ``generate_suite``, ``grade_suite``: also the steps of
-evaluation during training, ``dnmopd.trainer.evaluation``).
+evaluation during training, ``dnmopd.trainer.measurements.evaluation``).
 """

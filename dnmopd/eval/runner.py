@@ -2,7 +2,7 @@
 
 ``evaluate(config)`` runs ``launch/evaluate.py run``. A suite's run is three steps, `plan_suite` (catalog,
 spec and grader, checked), `generate_suite` and `grade_suite`; evaluation during training
-(``dnmopd.trainer.evaluation``) plans at start-up and runs the two others on the trainer's own engine.
+(``dnmopd.trainer.measurements.evaluation``) plans at start-up and runs the two others on the trainer's own engine.
 """
 
 from __future__ import annotations

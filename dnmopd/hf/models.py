@@ -1,5 +1,6 @@
-"""Hugging Face models as the inference backends see them (rollout and teachers alike): loading a causal LM
-for the in-process backends, vocabulary sizes, and whether a server serves the expected model folder."""
+"""Hugging Face models as the inference backends and the trainer see them (rollout and teachers alike): loading a
+causal LM for the in-process backends, a teacher's LM head alone (full-vocabulary targets), vocabulary sizes, and
+whether a server serves the expected model folder."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ from typing import Any
 
 import torch
 
+from dnmopd.student.weights import SafetensorsFolder
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+OUTPUT_WEIGHT_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
+"""Where a causal LM's output weight lies, in order: its LM head, else its (tied) input embedding."""
 
 
 def load_causal_lm(model_path: str, *, device: str, dtype: str, attn_implementation: str) -> torch.nn.Module:
@@ -23,6 +28,15 @@ def load_causal_lm(model_path: str, *, device: str, dtype: str, attn_implementat
         model_path, dtype=DTYPES[dtype], attn_implementation=attn_implementation
     )
     return model.to(device).eval()
+
+
+def teacher_output_weight(model_path: str) -> torch.Tensor:
+    """A Hugging Face teacher's LM-head weight [vocab, hidden] (its input embedding when tied), read alone."""
+    folder = SafetensorsFolder(model_path)
+    name = next((n for n in OUTPUT_WEIGHT_NAMES if n in folder.file_of), None)
+    if name is None:
+        raise ValueError(f"{model_path}: no LM head among {OUTPUT_WEIGHT_NAMES}")
+    return folder.get(name)
 
 
 def model_vocab_size(model: torch.nn.Module) -> int:

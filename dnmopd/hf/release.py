@@ -93,7 +93,7 @@ def verify_release(student, folder: Path, *, probe_length: int = 32) -> float:
     """
     from transformers import AutoModelForCausalLM
 
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     for chunk in student.chunks:
         chunk.float()

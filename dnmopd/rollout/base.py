@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from dnmopd.serving.blocking import run_blocking
+from dnmopd.serving.blocking import close_blocking, run_blocking
 
 FINISH_REASONS = ("stop", "length")
 
@@ -177,7 +177,7 @@ class RolloutEngine(ABC):
         async def collect() -> list[Rollout]:
             return [r async for r in self.stream(requests, params)]
 
-        return sorted(run_blocking(collect, self), key=lambda r: r.sample_id)
+        return sorted(run_blocking(collect()), key=lambda r: r.sample_id)
 
     @abstractmethod
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], probe: WeightProbe) -> None:
@@ -188,5 +188,9 @@ class RolloutEngine(ABC):
         return None
 
     async def aclose(self) -> None:
-        """Release connections bound to the running event loop (HTTP backends)."""
+        """Release the backend's connections (HTTP backends), on the I/O loop they belong to."""
         return None
+
+    def close(self) -> None:
+        """Blocking `aclose()`: the owner of an engine closes it when done with it."""
+        close_blocking(self)

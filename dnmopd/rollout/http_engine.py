@@ -157,7 +157,7 @@ class HttpRolloutEngine(RolloutEngine):
             except WeightUpdateError as error:
                 raise WeightUpdateError(f"{error}{self.probe_failure_hint}") from None
 
-        run_blocking(lambda: self.pool.each_replica(update), self)
+        run_blocking(self.pool.each_replica(update))
         self.weight_version += 1
         self._probe = probe
         previous, self._served_folder = self._served_folder, folder
@@ -167,7 +167,7 @@ class HttpRolloutEngine(RolloutEngine):
     def check(self) -> None:
         """Every replica answers its health route with 200 and serves `served_folder` at `expected_version`
         (a replica at another version is re-synced); errors name the replica's URL."""
-        run_blocking(lambda: self.pool.each_replica(self._check_replica), self)
+        run_blocking(self.pool.each_replica(self._check_replica))
 
     async def _check_replica(self, replica: Replica) -> None:
         try:

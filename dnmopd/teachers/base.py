@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import torch
 
-from dnmopd.serving.blocking import run_blocking
+from dnmopd.serving.blocking import close_blocking, run_blocking
 from dnmopd.serving.errors import ServingError
 
 
@@ -104,12 +104,19 @@ class TeacherScorer(ABC):
 
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Blocking convenience: score all requests concurrently, in order; the first failure is raised."""
-        return list(run_blocking(lambda: asyncio.gather(*(self.score(r) for r in requests)), self))
+        async def score_all() -> list[TeacherScores]:
+            return list(await asyncio.gather(*(self.score(r) for r in requests)))
+
+        return run_blocking(score_all())
 
     def check(self) -> None:
         """Startup checks (health, identity, vocabulary). Raises `TeacherError` when one fails."""
         return None
 
     async def aclose(self) -> None:
-        """Release connections bound to the running event loop (HTTP backends)."""
+        """Release the backend's connections (HTTP backends), on the I/O loop they belong to."""
         return None
+
+    def close(self) -> None:
+        """Blocking `aclose()`: the owner of a teacher closes it when done with it."""
+        close_blocking(self)

@@ -1,7 +1,7 @@
 """Multi-teacher scoring with a failure policy.
 
 `TeacherFleet.score_one` scores one sample with its routed teacher; the trainer's experience collector
-(`dnmopd.trainer.experience`) calls it the moment each rollout finishes, so teacher prefill overlaps with the
+(`dnmopd.trainer.experience.collector`) calls it the moment each rollout finishes, so teacher prefill overlaps with the
 generation of the rest of the batch. A sample whose teacher still fails after the pool's retries, or that
 its server refuses (HTTP 4xx, e.g. longer than the teacher's context), is handled by `on_failure`:
 
@@ -93,8 +93,4 @@ class TeacherFleet:
             return ScoredSample(index, teacher_name, request, None, str(outcome))
         self.scored[teacher_name] += 1
         return ScoredSample(index, teacher_name, request, outcome)
-
-    async def aclose(self) -> None:
-        for teacher in self.teachers.values():
-            await teacher.aclose()
 

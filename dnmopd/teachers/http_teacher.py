@@ -113,7 +113,7 @@ class HttpTeacher(TeacherScorer):
 
     def score_batch(self, requests: Sequence[ScoreRequest]) -> list[TeacherScores]:
         """Blocking `score_many`; the first failed sample's error is raised."""
-        outcomes = run_blocking(lambda: self.score_many(requests), self)
+        outcomes = run_blocking(self.score_many(requests))
         for outcome in outcomes:
             if isinstance(outcome, Exception):
                 raise outcome
@@ -133,7 +133,7 @@ class HttpTeacher(TeacherScorer):
 
     def check(self) -> None:
         """Every replica: health endpoint answers 200 and the model info shows `model_path`."""
-        run_blocking(lambda: self.pool.each_replica(self._check_replica), self)
+        run_blocking(self.pool.each_replica(self._check_replica))
 
     async def _check_replica(self, replica) -> None:
         timeout = self.config.health_timeout_s

@@ -1,11 +1,21 @@
-"""The trainer: one update loop for on-policy distillation, GRPO teachers and SeqKD-SFT.
+"""The trainer: one update loop for on-policy distillation, GRPO teachers and SeqKD-SFT, in rooms by job.
 
-    config        the run config tree (YAML -> dataclasses)          entry      one run, in the CPU layer
-    trainer       composition root and the update loop               modes/     opd, grpo, sft
-    prompts       prompt set (rendered, tokenized)                   experience rollout + scoring + verdicts
-    batch         padded tensors, micro-batches, broadcast           method     routing + multipliers
-    forward_backward  megatron schedules around the fused losses     objectives the fused-kernel losses
-    optimization  megatron DDP, optimizer, LR schedule               checkpoint resumable checkpoints
-    metrics       metrics.jsonl / TensorBoard / W&B                  report     PNG plots of a run
-    progress      rank-0 display                                     injection_bank(_builder)  annealed injection data
+    trainer        the composition root (`Trainer._build`) and the update loop
+    entry          one run, inside megatron-core's CPU layer when there is no GPU
+    config         the run config tree (YAML -> dataclasses) and the rules that cross its sections
+    context        ModeContext: what a mode sees of the run
+    method         a distillation method: routing + multipliers (+ injection) + loss options
+    rollout_ahead  which batch each update trains on, collected now or during the previous update
+    collectives    small all-reduces and broadcasts that work under gloo and NCCL
+    checkpoint     resumable checkpoints
+
+    modes/         opd, grpo, sft: each one's batch, preparation, loss and metrics
+    experience/    rollout -> teacher scoring -> verdicts (collector), the verifiers service (verification),
+                   in-process teacher answers (teacher_answers: SeqKD data, the injection bank)
+    step/          the student's update on a batch: tensors and micro-batches (batch), megatron's schedules
+                   (forward_backward), the fused-kernel losses (objectives), optimizer and LR (optimization)
+    measurements/  what is measured and logged: declared metrics (metric_table), their sinks (metrics), the
+                   fixed probe (probe), evaluation during training (evaluation), when each runs (schedule),
+                   the live display (progress), the run's plots (report)
+    injection/     annealed injection's bank: its file format (bank) and its builder (builder)
 """

@@ -20,14 +20,12 @@ from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
-from dnmopd.trainer.evaluation import TrainingEvaluation
+from dnmopd.trainer.experience.verification import Verification
+from dnmopd.trainer.measurements.evaluation import TrainingEvaluation
+from dnmopd.trainer.measurements.metrics import MetricsLogger
+from dnmopd.trainer.measurements.probe import ProbeConfig
 from dnmopd.trainer.method import MethodConfig
-from dnmopd.trainer.metrics import MetricsLogger
 from dnmopd.trainer.modes.base import mode_class
-from dnmopd.trainer.probe import ProbeConfig
-from dnmopd.trainer.verification import Verification
-
-SAMPLES_PREFIX = "samples:"
 
 
 def teacher_config_class(backend: str) -> type:
@@ -65,16 +63,6 @@ def check_layout(hf_path: str, parallel: ParallelDims.Config) -> None:
     _require(arch.num_layers % stages == 0, "parallel.pipeline",
              f"{stages} pipeline stages (pipeline x virtual_pipeline) do not divide num_hidden_layers = "
              f"{arch.num_layers} of {where}")
-
-
-def resolve_data_path(path: Path) -> Path:
-    """`samples:<file>` names a file of the embedded sample data; other paths are used as given."""
-    text = str(path)
-    if text.startswith(SAMPLES_PREFIX):
-        from dnmopd.data.sample_data import sample_file
-
-        return sample_file(text[len(SAMPLES_PREFIX):])
-    return path
 
 
 @dataclass(kw_only=True, slots=True)
@@ -249,7 +237,7 @@ class LoggingConfig:
     each measurement is one forward of the student over its probe share (the CPU demo's 48 responses of 32
     tokens: 0.39 s a measurement, 12 s of its 125 s), plus sampling and teacher scoring once at start (3.7 s)."""
     probe: ProbeConfig = field(default_factory=ProbeConfig)
-    """Where the probe set's prompts and responses come from (dnmopd/trainer/probe.py)."""
+    """Where the probe set's prompts and responses come from (dnmopd/trainer/measurements/probe.py)."""
 
     def __post_init__(self):
         _require(self.probe_every >= 0, "logging.probe_every", f"must be >= 0 (0: off), got {self.probe_every}")

@@ -2,12 +2,15 @@
 
     config, layout, run_dir, tokenizer, prompts   the run (read only) and this process's place in it
     head               the student's LM head for the objectives (vocab shard, TP group, temperature)
+    method             the distillation method (routing, multipliers) of a mode that `distills`; else None
+    teacher_heads      the teachers' LM-head weights, in teachers.models order, on the last pipeline stage
+                       when a full-vocabulary loss needs them; else empty
 
     collection services (safe in the background thread of train.rollout_ahead 1):
     next_prompts()     this rank's prompts of the next rollout batch, from the run's resumable sampler
     seed_offset(d, n)  sample-seed offset of a rank's d-th rollout draw of n prompts
-    experience(...)    an ExperienceCollector over the trainer's rollout engine, teachers and verifiers
-                       (model-parallel leaders; None elsewhere)
+    collector          the ExperienceCollector over the trainer's rollout engine, the method's teachers and the
+                       verifiers (model-parallel leaders of a mode that `uses_rollout`; None elsewhere)
     any_rank(flag)     whether `flag` is true on any rank (collective over a group of its own)
 
     main-thread services (prepare, objective, construction):
@@ -24,7 +27,9 @@ from pathlib import Path
 
 import torch
 
-from dnmopd.trainer.objectives import LMHead
+from dnmopd.trainer.experience.collector import ExperienceCollector
+from dnmopd.trainer.method import Method
+from dnmopd.trainer.step.objectives import LMHead
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +57,10 @@ class ModeContext:
     prompts: object
     """The run's PromptSet."""
     head: LMHead
+    method: Method | None
+    teacher_heads: list[torch.Tensor]
     next_prompts: Callable[[], list]
-    experience: Callable[..., object]
-    """experience(*, teachers_for=None, hidden_states=False, verify=False) -> ExperienceCollector | None."""
+    collector: ExperienceCollector | None
     any_rank: Callable[[bool], bool]
     sum_over_dp: Callable[[torch.Tensor], torch.Tensor]
     logp: Callable[[object], torch.Tensor]

@@ -74,6 +74,11 @@ class LossConfig:
     dual_clip: float | None = None
     """Dual-clip constant c > 1 capping the loss of negative advantages at -c A (None: off)."""
 
+    @property
+    def full_vocab(self) -> bool:
+        """Whether the loss needs each target teacher's whole distribution (its final hidden states)."""
+        return self.kind == "full_vocab_reverse_kl"
+
     def __post_init__(self):
         if self.kind not in LOSS_KINDS:
             raise ValueError(f"loss.kind must be one of {LOSS_KINDS}, got {self.kind!r}")

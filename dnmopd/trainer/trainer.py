@@ -7,20 +7,22 @@ One update, in the order of the data flow (`_update`):
     -> batch broadcast to the model-parallel group
     -> DN statistics all-reduced over data parallel -> multipliers, advantages, old log-probs   (mode.prepare)
     -> student forward/backward with a fused LM-head loss -> optimizer step(s)   (mode.objective, StudentForward)
-    -> the fixed probe set's exact KL to the teachers (logging.probe_every; measurements.py, probe.py)
+    -> the fixed probe set's exact KL to the teachers (logging.probe_every; measurements/)
     -> the batch collected ahead finishes -> weight sync to the rollout engine, verified by a probe
     -> metrics reduced by name over data parallel (+ the update's timeline)
-    -> evaluation by the synced rollout engine (eval:; measurements.py, evaluation.py) -> checkpoint
+    -> evaluation by the synced rollout engine (eval:; measurements/) -> checkpoint
 
 Modes see the run only through a `ModeContext` (`context`); the trainer owns the services behind it (sampler,
-rollout engine, teachers, verifiers, student forward, collectives) and builds and closes them. Extension
+rollout engine, method, teachers, verifiers, experience collector, student forward, collectives) and builds
+them from what the mode class declares (`uses_rollout`, `distills`, `verifies`), and closes them. Extension
 points: a measurement joins the update's metrics in `_update` (declare its names in a MetricTable and add the
-table to `metric_table`); a measurement of the updated weights joins `Measurements` (`measurements.py`): after
-the optimizer steps for the student's weights, after the weight sync for the rollout engine's.
+table to `metric_table`); a measurement of the updated weights joins `Measurements` (`measurements/schedule`):
+after the optimizer steps for the student's weights, after the weight sync for the rollout engine's.
 
 Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
-sampler, rollout engine (leaders), mode (its teachers, verifiers), optimizer, rollout pipeline, measurements,
-resume, the rollout servers' check (resumed: their weight sync), the fixed probe (initial student's), metrics.
+sampler, rollout engine (leaders), method, teachers and verifiers (leaders), teacher LM heads (last stage,
+full-vocabulary loss or probe), mode over its collector, optimizer, rollout ahead, measurements, resume, the
+rollout servers' check (resumed: their weight sync), the fixed probe (initial student's), metrics.
 """
 
 from __future__ import annotations
@@ -34,29 +36,33 @@ import torch.distributed as dist
 
 from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.prompts import load_run_prompts
+from dnmopd.hf.models import teacher_output_weight
 from dnmopd.io import atomic_write
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
+from dnmopd.student.student import Student
+from dnmopd.teachers import teacher_class
 from dnmopd.trainer import checkpoint
-from dnmopd.trainer.batch import TrainBatch, broadcast_batch
 from dnmopd.trainer.collectives import all_reduce_max, all_reduce_sum, broadcast_tensor
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.context import Layout, ModeContext
-from dnmopd.trainer.evaluation import TrainingEvaluation
-from dnmopd.trainer.experience import EXPERIENCE_METRICS, ExperienceCollector
-from dnmopd.trainer.forward_backward import StudentForward, logp_matrix, sum_metrics
-from dnmopd.trainer.measurements import Measurements
-from dnmopd.trainer.metric_table import MetricTable, reduce_metrics
-from dnmopd.trainer.metrics import MetricsLogger
+from dnmopd.trainer.experience.collector import EXPERIENCE_METRICS, ExperienceCollector
+from dnmopd.trainer.experience.verification import Verification
+from dnmopd.trainer.measurements.evaluation import TrainingEvaluation
+from dnmopd.trainer.measurements.metric_table import MetricTable, reduce_metrics
+from dnmopd.trainer.measurements.metrics import MetricsLogger
+from dnmopd.trainer.measurements.probe import PROBE_METRICS, build_probe, split_prompts
+from dnmopd.trainer.measurements.progress import ProgressDisplay
+from dnmopd.trainer.measurements.schedule import Measurements
+from dnmopd.trainer.method import Method
 from dnmopd.trainer.modes.base import StepCounts, mode_class
-from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
-from dnmopd.trainer.optimization import build_optimization
-from dnmopd.trainer.pipeline import RolloutPipeline
-from dnmopd.trainer.probe import PROBE_METRICS, build_probe, split_prompts
-from dnmopd.trainer.progress import ProgressDisplay
-from dnmopd.trainer.prompts import load_run_prompts
-from dnmopd.trainer.verification import Verification
+from dnmopd.trainer.rollout_ahead import RolloutAhead
+from dnmopd.trainer.step.batch import TrainBatch, broadcast_batch
+from dnmopd.trainer.step.forward_backward import StudentForward, logp_matrix, sum_metrics
+from dnmopd.trainer.step.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
+from dnmopd.trainer.step.optimization import build_optimization
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +104,6 @@ class Trainer:
             raise
 
     def _build(self, config: TrainerConfig) -> None:
-        from dnmopd.student.student import Student
-
         if not torch.cuda.is_available():
             # megatron's torch.compile'd fusions only cost compile time on a CPU, and compiling while an
             # in-process rollout generates in another thread (train.rollout_ahead 1) changes its floats
@@ -133,17 +137,24 @@ class Trainer:
         self.rollout_backend = rollout_class(config.rollout.engine.backend)
         self.rollout_engine = self.rollout_backend(config.rollout.engine.config) \
             if self.is_leader and mode.uses_rollout else None
-        self.teachers: dict = {}  # built when the mode asks for them
-        self.verification = None  # likewise
+        self.method = Method(config.method, config.data.domains) if mode.distills else None
+        self.teachers = self._build_teachers() if mode.distills and self.is_leader else {}
+        verify = mode.verifies or (mode.uses_rollout and config.rollout.verify)
+        self.verification = Verification(config.verifiers, {p.domain for p in self.prompts.prompts}) \
+            if verify and self.is_leader else None
+        full_vocab = mode.distills and config.method.loss.full_vocab
+        teacher_heads = [teacher_output_weight(m.config.model_path) for m in config.teachers.models] \
+            if (full_vocab or probing) and self.student.is_last_stage else []
         temperature = config.rollout.sampling.temperature if mode.uses_rollout else 1.0
         self.head = LMHead(self.student.chunks[-1], self.dims.pg.tp, config.train.logit_chunk_tokens, temperature)
-        self.mode = mode(self._context())
+        self.mode = mode(self._context(self._collector() if mode.uses_rollout else None,
+                                       teacher_heads if full_vocab else []))
         steps = config.train.updates * config.train.optimizer_steps_per_update
         self.optimization = build_optimization(self.student, config.optimizer, steps)
         self.forward = StudentForward(self.student, self.optimization.model, config.train.micro_batch_tokens,
                                       packing=config.train.packing)
         self.metric_table = LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS | mode.metrics
-        self.pipeline = RolloutPipeline(self.mode.collect, ahead=config.train.rollout_ahead)
+        self.rollout_ahead = RolloutAhead(self.mode.collect, ahead=config.train.rollout_ahead)
         self.measurements = Measurements(TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
                                                             engine=self.rollout_engine, rank=self.rank,
                                                             model_vocab=vocab))
@@ -152,9 +163,9 @@ class Trainer:
             self._start_rollout_engine()
         if probing:
             self.measurements.probe = build_probe(
-                config, self.run_dir, resumed_at=self.start_update, layout=self.layout, vocab_size=vocab,
-                leader=self.leader, dims=self.dims, prompts=probe_prompts, engine=self.rollout_engine,
-                teachers=self.teachers, mode=self.mode, head=self.head, forward=self.forward)
+                config, self.run_dir, resumed_at=self.start_update, layout=self.layout, dims=self.dims,
+                vocab_size=vocab, prompts=probe_prompts, engine=self.rollout_engine, teachers=self.teachers,
+                method=self.method, teacher_heads=teacher_heads, head=self.head, forward=self.forward)
         self.metrics = MetricsLogger(config.logging.metrics, self.run_dir, enabled=self.rank == 0,
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
@@ -177,11 +188,12 @@ class Trainer:
         elif self.rollout_engine is not None:
             self.rollout_engine.check()
 
-    def _context(self) -> ModeContext:
+    def _context(self, collector: ExperienceCollector | None, teacher_heads: list[torch.Tensor]) -> ModeContext:
         return ModeContext(
             config=self.config, layout=self.layout, run_dir=self.run_dir, tokenizer=self.tokenizer,
-            prompts=self.prompts, head=self.head, next_prompts=self._next_prompts, experience=self._experience,
-            any_rank=self._any_rank, sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
+            prompts=self.prompts, head=self.head, method=self.method, teacher_heads=teacher_heads,
+            next_prompts=self._next_prompts, collector=collector, any_rank=self._any_rank,
+            sum_over_dp=lambda values: all_reduce_sum(values, self.dims.dp_group),
             logp=lambda batch: self._logp(batch, self.head), run_once=self._run_once)
 
     def _next_prompts(self) -> list:
@@ -195,34 +207,30 @@ class Trainer:
             fn()
         dist.barrier()
 
-    def _experience(self, *, teachers_for=None, hidden_states: bool = False,
-                    verify: bool = False) -> ExperienceCollector | None:
-        """A collector over this leader's rollout engine, the teachers `teachers_for(domain)` names (built once,
-        checked) and the verifiers; None off the model-parallel leaders."""
+    def _collector(self) -> ExperienceCollector | None:
+        """This leader's collector over its rollout engine, the method's teachers and the verifiers; None off the
+        model-parallel leaders."""
         if not self.is_leader:
             return None
-        fleet = None
-        if teachers_for is not None:
-            self.teachers = self.teachers or self._build_teachers(return_hidden_states=hidden_states)
-            fleet = self.config.teachers.fleet.build(self.teachers)
+        config = self.config
         verification = {}
-        if verify:
-            if self.verification is None:
-                self.verification = Verification(self.config.verifiers, {p.domain for p in self.prompts.prompts})
+        if self.verification is not None:
             decode = self.tokenizer.tokenizer.decode
             verification = {"verifier": self.verification.verdict, "decode": lambda ids: decode(ids)}
-        return ExperienceCollector(self.rollout_engine, fleet, sampling=self.config.rollout.sampling,
-                                   samples_per_prompt=self.config.data.samples_per_prompt,
-                                   teachers_for=teachers_for or (lambda domain: ()),
-                                   return_hidden_states=hidden_states, **verification)
+        return ExperienceCollector(self.rollout_engine, config.teachers.fleet.build(self.teachers) if self.teachers
+                                   else None, sampling=config.rollout.sampling,
+                                   samples_per_prompt=config.data.samples_per_prompt,
+                                   teachers_for=self.method.teachers_needed if self.method else lambda domain: (),
+                                   return_hidden_states=config.method.loss.full_vocab and self.method is not None,
+                                   **verification)
 
-    def _build_teachers(self, *, return_hidden_states: bool) -> dict:
-        """The run's teachers, checked (health, identity) and vocabulary-compatible with the student."""
-        from dnmopd.teachers import teacher_class
-
+    def _build_teachers(self) -> dict:
+        """The run's teachers, checked (health, identity) and vocabulary-compatible with the student; with hidden
+        states when the method's loss needs the teachers' full distributions."""
+        hidden_states = self.config.method.loss.full_vocab
         teachers = {}
         for model in self.config.teachers.models:
-            options = dataclasses.replace(model.config, return_hidden_states=True) if return_hidden_states \
+            options = dataclasses.replace(model.config, return_hidden_states=True) if hidden_states \
                 else model.config
             teacher = teacher_class(model.backend)(options)
             teacher.check()
@@ -242,7 +250,7 @@ class Trainer:
         self.optimization.load_state_dict(state["optimization"])
         local = checkpoint.load_local(latest)
         if local is not None:
-            self.pipeline.load_state_dict(local["pipeline"])
+            self.rollout_ahead.load_state_dict(local.get("rollout_ahead", local.get("pipeline")))  # older: "pipeline"
         if self.rank == 0:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
@@ -281,14 +289,14 @@ class Trainer:
     def _update(self, update: int) -> dict[str, float]:
         started = time.time()
         self.progress.phase("rollout + scoring")
-        collected = self.pipeline.take(update)
-        if self.pipeline.ahead and update + 1 < self.config.train.updates:
-            self.pipeline.prefetch(update + 1)  # generated by the current weights while they train
+        collected = self.rollout_ahead.take(update)
+        if self.rollout_ahead.ahead and update + 1 < self.config.train.updates:
+            self.rollout_ahead.prefetch(update + 1)  # generated by the current weights while they train
         batch = broadcast_batch(collected.batch, self.leader, self.dims.pg.mp)
         staleness = update - collected.policy_version if self.mode.uses_rollout else 0
         phases, metrics = dict(collected.phases), dict(collected.metrics)
 
-        self.progress.phase("train, next batch generating" if self.pipeline.ahead else "train")
+        self.progress.phase("train, next batch generating" if self.rollout_ahead.ahead else "train")
         tick = time.time()
         metrics.update(self.mode.prepare(batch, update, staleness))
         metrics.update(self._optimize(batch))
@@ -296,8 +304,8 @@ class Trainer:
         metrics.update(self.measurements.after_training(update, self.progress, phases))
 
         if self.mode.uses_rollout:
-            self.progress.phase("next batch" if self.pipeline.ahead else "weight sync")
-            self.pipeline.drain()  # the batch collected ahead must be done before the weights change
+            self.progress.phase("next batch" if self.rollout_ahead.ahead else "weight sync")
+            self.rollout_ahead.drain()  # the batch collected ahead must be done before the weights change
             self.progress.phase("weight sync")
             tick = time.time()
             self._sync_weights(batch, version=update + 1)
@@ -338,7 +346,7 @@ class Trainer:
         """Send the weights after `version` updates to the rollout engine and verify them with a probe sequence.
         An in-process engine is each leader's own; server engines are shared by all data-parallel replicas, so
         only the first one updates them, once every replica's batch is complete, and every rank waits for it."""
-        self.pipeline.weights_updated(version)  # refused while this rank's batch is being collected
+        self.rollout_ahead.weights_updated(version)  # refused while this rank's batch is being collected
         shared = self.rollout_backend.shared_across_ranks
         if shared:
             dist.barrier()
@@ -370,8 +378,8 @@ class Trainer:
     def _save(self, update: int) -> None:
         state = {"update": update, "sampler": self.sampler.state_dict(), "mode": self.mode.state_dict(),
                  "optimization": self.optimization.state_dict()}
-        checkpoint.save(self.run_dir, update, self.student, self.optimization, state,
-                        self.config.checkpoint.keep_last, local_state={"pipeline": self.pipeline.state_dict()})
+        checkpoint.save(self.run_dir, update, self.student, self.optimization, state, self.config.checkpoint.keep_last,
+                        local_state={"rollout_ahead": self.rollout_ahead.state_dict()})
 
     def _finish(self) -> None:
         if self.config.checkpoint.export_hf:
@@ -384,15 +392,17 @@ class Trainer:
                           source=f"the trained model in memory at the end of the run (update {updates} of {updates})",
                           log=logger.info if self.rank == 0 else lambda message: None)
         if self.rank == 0 and self.config.logging.report:
-            from dnmopd.trainer.report import draw_report
+            from dnmopd.trainer.measurements.report import draw_report
 
             draw_report(self.run_dir)
 
     def close(self) -> None:
         """Release what was built (also after a failed start-up, when only part of it exists)."""
-        for part in ("pipeline", "mode", "measurements", "verification"):
+        for part in ("rollout_ahead", "mode", "measurements", "verification", "rollout_engine"):
             if getattr(self, part, None) is not None:
                 getattr(self, part).close()
+        for teacher in getattr(self, "teachers", {}).values():
+            teacher.close()
         if getattr(self, "dims", None) is not None:
             self.dims.destroy()
         if dist.is_initialized():

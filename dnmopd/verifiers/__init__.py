@@ -8,7 +8,8 @@ trailing end-of-turn markers stripped), ``code`` -> ``verifiers.code.CodeJudge``
 ``None`` means no verdict (the checker itself failed or timed out), never "wrong". A malformed label
 raises (labels are validated when the data is loaded, so it is a bug, not a wrong answer); an unknown
 domain is refused when the verifiers are built. Nothing here is process-wide: whoever builds a
-``Verifiers`` closes it (the trainer through ``dnmopd.trainer.verification``), or uses it as a context manager.
+``Verifiers`` closes it (the trainer through ``dnmopd.trainer.experience.verification``), or uses it as a
+context manager.
 """
 
 from __future__ import annotations

@@ -35,16 +35,17 @@ import torch
 from dnmopd.config import dump_yaml, load_config
 from dnmopd.core.statistics import SUM, TOKENS
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.prompts import PromptSet
+from dnmopd.data.sample_data import resolve_data_path
 from dnmopd.hf.models import load_causal_lm
 from dnmopd.kernels import domain_stats, fused_opd_loss, fused_reverse_kl
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.teachers.inprocess import InProcessTeacher
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.config import TrainerConfig, resolve_data_path
-from dnmopd.trainer.experience import ExperienceCollector
+from dnmopd.trainer.config import TrainerConfig
+from dnmopd.trainer.experience.collector import ExperienceCollector
 from dnmopd.trainer.method import Method
-from dnmopd.trainer.prompts import PromptSet
+from dnmopd.trainer.step.batch import TrainBatch
 
 PROBE_FILES = {"math": "samples:teacher/math_train.jsonl", "code": "samples:teacher/code_train.jsonl",
                "ifeval": "samples:teacher/if_train.jsonl"}
@@ -73,7 +74,7 @@ def response_hidden(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
 
 def megatron_lr(config, step: int, total: int) -> float:
     """The learning rate of optimizer step `step` under the trainer's schedule (megatron's
-    OptimizerParamScheduler as `dnmopd.trainer.optimization` builds it: warm-up from 0, so step 0 has lr 0)."""
+    OptimizerParamScheduler as `dnmopd.trainer.step.optimization` builds it: warm-up from 0, so step 0 has lr 0)."""
     warmup = min(config.lr_warmup_updates, max(total - 1, 0))
     if warmup and step <= warmup:
         return config.lr * step / warmup

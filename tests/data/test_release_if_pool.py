@@ -11,8 +11,8 @@ import pytest
 from dnmopd.data.chat import PromptTokenizer
 from dnmopd.data.loading import load_prompts
 from dnmopd.data.manifest import Manifest, file_problem
+from dnmopd.data.prompts import PromptSet
 from dnmopd.examples.tiny_tokenizer import build_tiny_tokenizer
-from dnmopd.trainer.prompts import PromptSet
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE_COPY = ROOT / "tests" / "fixtures" / "data" / "release" / "teacher" / "if_train.jsonl.xz"

@@ -18,7 +18,7 @@ from dnmopd.hf.models import load_causal_lm
 from dnmopd.kernels import domain_stats
 from dnmopd.rollout.base import RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
-from dnmopd.trainer.batch import TrainBatch
+from dnmopd.trainer.step.batch import TrainBatch
 
 NAMES = ("student", *(f"{d}_teacher" for d in DOMAINS))
 
@@ -109,7 +109,7 @@ def test_the_build_is_reproducible_and_reused(models, tmp_path):
 
 def _megatron_logits(rank, world, path, ids):
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     init_distributed()
     dims = ParallelDims.Config().build()

@@ -6,6 +6,9 @@ the recorded response whose request body is equal (vLLM's optional "model" key i
 recording wins); items of recorded batch exchanges are also indexed as single requests. Anything
 unrecorded gets 404, so a client that sends a body different from what the real server was sent fails.
 
+`GET /_connections` answers how many TCP connections clients have opened to it so far (distinct client
+addresses), for tests of connection reuse.
+
 Behaviors (scoring/generation routes only, except `unhealthy`; info routes always answer):
   ok            answer from the recordings
   slow:S        sleep S seconds first (a replica that times out)
@@ -71,8 +74,12 @@ def _batch_items(record):
 
 def make_app(table, behavior: str) -> web.Application:
     state = {"answered": 0}
+    clients = set()
 
     async def handle(request: web.Request) -> web.StreamResponse:
+        if request.path == "/_connections":
+            return web.json_response({"connections": len(clients)})
+        clients.add(request.transport.get_extra_info("peername"))
         body = None
         if request.can_read_body:
             try:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from wire_fixtures import load_exchange
 
+from dnmopd.data.prompts import Prompt
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.rollout.sampling import sampling_logprobs
@@ -17,8 +18,7 @@ from dnmopd.serving.servers import HEALTH_PATHS
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
-from dnmopd.trainer.experience import ExperienceCollector
-from dnmopd.trainer.prompts import Prompt
+from dnmopd.trainer.experience.collector import ExperienceCollector
 
 PROMPT = load_exchange("hf_reference_logprobs")["prompt"]
 

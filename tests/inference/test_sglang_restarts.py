@@ -15,6 +15,7 @@ import torch
 from scripted_rollouts import ScriptedRollouts
 from tiny_checkpoints import perturbed_state
 
+from dnmopd.data.prompts import Prompt
 from dnmopd.rollout.base import RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
 from dnmopd.rollout.sglang import SGLangRollout
 from dnmopd.serving.pool import ReplicaPool
@@ -22,8 +23,7 @@ from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.teachers.inprocess import InProcessTeacher
 from dnmopd.teachers.sglang import SGLangTeacher
-from dnmopd.trainer.experience import ExperienceCollector
-from dnmopd.trainer.prompts import Prompt
+from dnmopd.trainer.experience.collector import ExperienceCollector
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]  # each restart takes about a minute on 2 cores
 

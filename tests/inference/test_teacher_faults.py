@@ -9,6 +9,7 @@ import torch
 from scripted_rollouts import ScriptedRollouts
 from wire_fixtures import load_exchange
 
+from dnmopd.data.prompts import Prompt
 from dnmopd.rollout.base import SamplingParams
 from dnmopd.serving.errors import RequestRejected, ServerUnavailable
 from dnmopd.serving.pool import ReplicaPool
@@ -17,8 +18,7 @@ from dnmopd.teachers.base import ScoreRequest, TeacherError, TeacherScores
 from dnmopd.teachers.fleet import TeacherBatchError, TeacherFleet
 from dnmopd.teachers.sglang import SGLangTeacher
 from dnmopd.teachers.vllm import VLLMTeacher
-from dnmopd.trainer.experience import ExperienceCollector
-from dnmopd.trainer.prompts import Prompt
+from dnmopd.trainer.experience.collector import ExperienceCollector
 
 REF = load_exchange("hf_reference_logprobs")
 SEQ = REF["seq"]

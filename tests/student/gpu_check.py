@@ -72,7 +72,7 @@ def grad_rel_diff(student, model, reference: dict) -> float:
 def check_model(paths, refs, ids, weights, device) -> None:
     from dnmopd.student import BuildOptions, ParallelDims, Student
     from dnmopd.student.gated_delta_rule import HAVE_FLA, fla_backward_is_broken
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     backends = ["torch"] + (["fla"] if HAVE_FLA and device.type == "cuda" else [])
     for name, path in paths.items():
@@ -123,7 +123,7 @@ def check_checkpoint_and_release(paths, work: Path, ids, device) -> None:
 
     from dnmopd.hf.release import write_release
     from dnmopd.student import BuildOptions, ParallelDims, Student
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     dims = ParallelDims.Config().build()
     student = Student.from_hf(paths["qwen3_5"], dims, BuildOptions(dtype="float32"))

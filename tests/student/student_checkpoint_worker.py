@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 def main(hf_dir: str, ckpt_dir: str, result_file: str) -> None:
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     init_distributed()
     ids = torch.randint(0, 300, (2, 70), generator=torch.Generator().manual_seed(0))

@@ -34,7 +34,7 @@ SHAPES = [(60, 10), (3, 1), (90, 16), (5, 6), (20, 8), (4, 5), (9, 6), (6, 4), (
 
 def training_batch(seed: int = 0):
     """A TrainBatch of SHAPES with random tokens, rollout/teacher log-probs and DN weights; row 3 unscored."""
-    from dnmopd.trainer.batch import TrainBatch
+    from dnmopd.trainer.step.batch import TrainBatch
 
     gen = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, VOCAB, (p,), generator=gen).tolist() for p, _ in SHAPES]
@@ -47,8 +47,8 @@ def training_batch(seed: int = 0):
 
 
 def _run_both(student, optimization, batch) -> dict:
-    from dnmopd.trainer.forward_backward import StudentForward, logp_matrix
-    from dnmopd.trainer.objectives import ClippedSurrogate, LMHead
+    from dnmopd.trainer.step.forward_backward import StudentForward, logp_matrix
+    from dnmopd.trainer.step.objectives import ClippedSurrogate, LMHead
 
     objective = ClippedSurrogate(LMHead(student.chunks[-1], student.dims.pg.tp, None), num_responses=batch.size,
                                  eps_low=0.2, eps_high=0.28, dual_clip=None)
@@ -72,7 +72,7 @@ def _run_both(student, optimization, batch) -> dict:
 def _equality_worker(rank, world, paths, tensor, pipeline, virtual):
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
     from dnmopd.trainer.config import OptimizerConfig
-    from dnmopd.trainer.optimization import build_optimization
+    from dnmopd.trainer.step.optimization import build_optimization
 
     init_distributed()
     dims = ParallelDims.Config(tensor=tensor, pipeline=pipeline, virtual_pipeline=virtual).build()

@@ -55,7 +55,7 @@ def _weight_sync(student, path: str, ids: torch.Tensor) -> dict:
 
 def _single_rank_worker(rank, world, paths):
     from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     init_distributed()
     report = {"cuda_literal_device": str(torch.zeros(1, device="cuda").device)}  # run_workers enters cpu_compat

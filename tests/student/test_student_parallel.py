@@ -22,7 +22,7 @@ def _tensor_parallel_worker(rank, world, paths):
     import megatron.core
     from packaging.version import Version
 
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     report = {}
     for name, path in paths.items():
@@ -55,7 +55,7 @@ def _tensor_parallel_worker(rank, world, paths):
 
 
 def _pipeline_worker(rank, world, path, virtual):
-    from dnmopd.student.pipeline import forward_logits
+    from dnmopd.student.logits import forward_logits
 
     student = _student(path, tensor=1, pipeline=2, virtual=virtual)
     ids = probe_ids()

@@ -32,9 +32,9 @@ def demo_bank(models: Path, path: Path) -> Path:
     import torch
 
     from dnmopd.data.chat import PromptTokenizer
+    from dnmopd.data.prompts import PromptSet
     from dnmopd.data.sample_data import sample_file
-    from dnmopd.trainer.injection_bank import BankEntry, InjectionBank, prompt_key
-    from dnmopd.trainer.prompts import PromptSet
+    from dnmopd.trainer.injection.bank import BankEntry, InjectionBank, prompt_key
 
     tokenizer = PromptTokenizer.from_pretrained(models / "student")
     prompts = PromptSet.load(sample_file("student/train_3domain.jsonl"), tokenizer, domains=["math", "code", "ifeval"],

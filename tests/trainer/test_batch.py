@@ -4,7 +4,7 @@ predicting state lives); padded micro-batches padded only to their own longest r
 import pytest
 import torch
 
-from dnmopd.trainer.batch import TrainBatch, balanced_bins
+from dnmopd.trainer.step.batch import TrainBatch, balanced_bins
 
 
 def batch_of(lengths, prompt=3):

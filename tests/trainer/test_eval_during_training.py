@@ -14,12 +14,12 @@ from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
 
 from dnmopd.config import load_config
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.prompts import PromptSet
 from dnmopd.data.sample_data import sample_file
 from dnmopd.eval.catalog import prepare
 from dnmopd.eval.graders.math import MathGrader
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
-from dnmopd.trainer.prompts import PromptSet
 from dnmopd.verifiers import Verifiers
 
 SUITES = ("ifbench", "aime25")

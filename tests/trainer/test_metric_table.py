@@ -8,7 +8,7 @@ import pytest
 from distributed import run_workers
 from run_helpers import REPO
 
-from dnmopd.trainer.metric_table import Mean, MetricTable, reduce_metrics
+from dnmopd.trainer.measurements.metric_table import Mean, MetricTable, reduce_metrics
 
 TABLE = MetricTable(
     ("tokens", "sum", "count"),

@@ -5,8 +5,8 @@ import json
 import pytest
 from PIL import Image
 
-from dnmopd.trainer.metrics import MetricsLogger, read_metrics
-from dnmopd.trainer.report import draw_report, main
+from dnmopd.trainer.measurements.metrics import MetricsLogger, read_metrics
+from dnmopd.trainer.measurements.report import draw_report, main
 
 
 def fake_run(run_dir, updates=6, resume_step=0):

@@ -29,4 +29,4 @@ def test_every_mode_is_a_mode_over_a_context(name):
     cls = mode_class(name)
     assert issubclass(cls, Mode) and cls.__init__.__code__.co_varnames[:2] == ("self", "ctx")
     fields = set(ModeContext.__dataclass_fields__)
-    assert {"next_prompts", "experience", "any_rank", "sum_over_dp", "logp", "run_once"} <= fields
+    assert {"next_prompts", "collector", "method", "any_rank", "sum_over_dp", "logp", "run_once"} <= fields

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from dnmopd.examples.demo_models import build_demo_models
-from dnmopd.trainer.metrics import read_metrics
+from dnmopd.trainer.measurements.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SBATCH = REPO / "launch" / "slurm" / "dnmopd.sbatch"

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.forward_backward import TokenView
-from dnmopd.trainer.objectives import (
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.forward_backward import TokenView
+from dnmopd.trainer.step.objectives import (
     ClippedSurrogate,
     FullVocabReverseKL,
     LMHead,

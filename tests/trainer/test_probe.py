@@ -14,9 +14,9 @@ from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
 
 from dnmopd.config import load_config
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.prompts import PromptSet
 from dnmopd.trainer.config import TrainerConfig
-from dnmopd.trainer.probe import PROBE_FILE, ProbeConfig, read_probe, split_prompts
-from dnmopd.trainer.prompts import PromptSet
+from dnmopd.trainer.measurements.probe import PROBE_FILE, ProbeConfig, read_probe, split_prompts
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 DOMAINS = ("math", "code", "ifeval")
@@ -158,7 +158,7 @@ def test_stored_probe_must_match_the_options(tmp_path):
 
 
 def test_report_draws_the_probe_and_compares_runs(tmp_path):
-    from dnmopd.trainer.report import draw_comparison, draw_report
+    from dnmopd.trainer.measurements.report import draw_comparison, draw_report
 
     runs = []
     for name, math_w in (("dn", 2.0), ("label", 1.0)):

@@ -9,7 +9,7 @@ from run_helpers import DEMO, REPO, demo_bank, read_metrics, tiny_overrides
 from dnmopd.config import load_config
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
-from dnmopd.trainer.injection_bank import InjectionBank
+from dnmopd.trainer.injection.bank import InjectionBank
 
 METHODS = ["label", "dn_mopd", "single_math", "single_code", "single_if", "uniform_pool", "dynamic_router",
            "observe", "fixed_w", "fixed_math", "fixed_if", "frozen_update0_9b", "frozen_update0_4b",

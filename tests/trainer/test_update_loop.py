@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from dnmopd.trainer import trainer as trainer_module
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.experience import EXPERIENCE_METRICS
-from dnmopd.trainer.forward_backward import TokenView
-from dnmopd.trainer.measurements import Measurements
-from dnmopd.trainer.metric_table import Mean, MetricTable
+from dnmopd.trainer.experience.collector import EXPERIENCE_METRICS
+from dnmopd.trainer.measurements.metric_table import Mean, MetricTable
+from dnmopd.trainer.measurements.probe import PROBE_METRICS
+from dnmopd.trainer.measurements.progress import ProgressDisplay
+from dnmopd.trainer.measurements.schedule import Measurements
 from dnmopd.trainer.modes.base import Collected, Mode
-from dnmopd.trainer.objectives import OBJECTIVE_METRICS, LMHead, TokenCrossEntropy
-from dnmopd.trainer.pipeline import RolloutPipeline
-from dnmopd.trainer.probe import PROBE_METRICS
-from dnmopd.trainer.progress import ProgressDisplay
+from dnmopd.trainer.rollout_ahead import RolloutAhead
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.forward_backward import TokenView
+from dnmopd.trainer.step.objectives import OBJECTIVE_METRICS, LMHead, TokenCrossEntropy
 
 VOCAB, HIDDEN = 11, 4
 PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9]]
@@ -192,7 +192,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     trainer.rollout_backend = SimpleNamespace(shared_across_ranks=False, causal_lm_weight_names=True)
     trainer.metric_table = (trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS
                             | FakeMode.metrics)
-    trainer.pipeline = RolloutPipeline(trainer.mode.collect, ahead=ahead)
+    trainer.rollout_ahead = RolloutAhead(trainer.mode.collect, ahead=ahead)
     trainer.start_update, trainer.last_metrics = 0, {}
     # what the probe and the evaluation measure has tests of their own (test_probe, test_eval_during_training)
     trainer.measurements = Measurements(FakeEvaluation(events, eval_at), FakeProbe(events, probe_at))
@@ -204,7 +204,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     def save(run_dir, update, student, optimization, state, keep_last, local_state):
         assert state == {"update": update, "sampler": {"sampler": "state"}, "mode": {},
                          "optimization": {"steps": update * steps}}
-        assert local_state == {"pipeline": {"ready": None}}  # nothing collected ahead at the run's end
+        assert local_state == {"rollout_ahead": {"ready": None}}  # nothing collected ahead at the run's end
         events.append(("save", update))
 
     monkeypatch.setattr(trainer_module.checkpoint, "save", save)
@@ -251,7 +251,7 @@ def test_measurements_after_training_and_after_the_weight_sync(monkeypatch):
     try:
         trainer.train()
     finally:
-        trainer.pipeline.close()
+        trainer.rollout_ahead.close()
     trainer.measurements.close()
     sync = ("update_weights", tuple(PROMPTS[0] + RESPONSES[0]))
     main_thread = [e for e in events if e[0] in ("prepare", "step", "probe", "eval", "log", "save", "eval_closed")
@@ -276,7 +276,7 @@ def test_rollout_ahead_collects_the_next_batch_before_training(monkeypatch):
     try:
         trainer.train()
     finally:
-        trainer.pipeline.close()
+        trainer.rollout_ahead.close()
     probe = ("update_weights", tuple(PROMPTS[0] + RESPONSES[0]))
     main_thread = [e for e in events if e[0] in ("prepare", "update_weights", "save")]
     assert main_thread == [("prepare", 0, 0), probe, ("prepare", 1, 1), probe, ("prepare", 2, 1), probe, ("save", 3)]
@@ -288,4 +288,4 @@ def test_rollout_ahead_collects_the_next_batch_before_training(monkeypatch):
     records = trainer.metrics.records
     assert [records[u]["rollout/staleness"] for u in range(3)] == [0.0, 1.0, 1.0]
     assert "time/wait" not in records[0] and all(records[u]["time/wait"] >= 0 for u in (1, 2))
-    assert trainer.pipeline.version == 3
+    assert trainer.rollout_ahead.version == 3

@@ -10,7 +10,7 @@ from run_helpers import DEMO, REPO, demo_bank, read_metrics, tiny_overrides
 from dnmopd.config import load_config
 from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.entry import run
-from dnmopd.trainer.verification import Verification, VerificationError
+from dnmopd.trainer.experience.verification import Verification, VerificationError
 from dnmopd.verifiers.math import MathVerifier
 
 CODE_LABEL = json.dumps({"inputs": ["2 3\n"], "outputs": ["5\n"]})
@@ -21,7 +21,7 @@ def test_real_verifier_failures_are_missing_verdicts(caplog):
     config = Verification.Config(math=MathVerifier.Config(workers=1, timeout_s=3))
     verification = Verification(config, ["math", "code", "ifeval"])
     try:
-        with caplog.at_level(logging.WARNING, logger="dnmopd.trainer.verification"):
+        with caplog.at_level(logging.WARNING, logger="dnmopd.trainer.experience.verification"):
             assert verification.verdict("math", r"\boxed{9^{9^{9^{9}}}}", "1") is None  # the grader times out
             assert verification.verdict("code", ADD, '{"inputs": [1]}') is None  # the judge raises on the label
             assert verification.verdict("ifeval", "x", '[{"type": "word_count_min"}]') is None  # so do checkers

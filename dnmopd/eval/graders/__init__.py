@@ -3,14 +3,14 @@ the grade cache (a change of rule or checker package invalidates cached grades).
 
 ``math`` (AIME: exceptions abort; MATH-500: exceptions are wrong), ``code`` (LiveCodeBench in the sandbox),
 ``ifeval`` (IFEval/IFBench strict prompt-level, deterministic). ``GraderError`` is an instrument failure:
-grading stops rather than score it.
+grading stops rather than score it (``errors``; the grader modules are ``math``, ``code``, ``ifeval``).
 """
 
 from __future__ import annotations
 
+from dnmopd.eval.graders.errors import GraderError
 
-class GraderError(RuntimeError):
-    """The grader itself failed (checker exception, unimplemented instruction, sandbox failure)."""
+__all__ = ["GraderError", "grader_for"]
 
 
 def grader_for(catalog, *, nltk_data=None, code_options: dict | None = None):

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 
-from dnmopd.eval.graders import GraderError
+from dnmopd.eval.graders.errors import GraderError
 from dnmopd.eval.protocol import LCB_MEMORY_BYTES, LCB_TIMEOUT_S, LCB_WORKERS, lcb_deadline_s
 from dnmopd.sandbox import (
     Limits,

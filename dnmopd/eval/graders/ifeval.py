@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from importlib.metadata import version
 from pathlib import Path
 
-from dnmopd.eval.graders import GraderError
+from dnmopd.eval.graders.errors import GraderError
 from dnmopd.eval.protocol import IF_GRADING_SEED
 
 REVISION = "deterministic-official-v1-20260918"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib.metadata import version
 
-from dnmopd.eval.graders import GraderError
+from dnmopd.eval.graders.errors import GraderError
 from dnmopd.verifiers.math import last_boxed
 
 

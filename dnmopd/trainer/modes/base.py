@@ -4,7 +4,9 @@
     grpo  RL of a domain teacher: rollout, verifier rewards, group-normalized advantages, clipped PPO loss
     sft   SeqKD-SFT: teacher answers, token-mean cross-entropy
 
-A mode sees the run only through its `ModeContext` (`dnmopd.trainer.context`). Per update the loop calls
+A mode sees the run only through its `ModeContext` (`dnmopd.trainer.context`). What the trainer builds for it is
+declared by class attributes (`uses_rollout`, `distills`, `verifies`): the rollout engine, the method with its
+teachers, the verifiers, and the experience collector over them (`ctx.collector`). Per update the loop calls
 
     collect(update)                  -> Collected: this rank's batch (model-parallel leaders; None elsewhere)
                                         and its unreduced metrics. May run in a background thread, overlapped
@@ -29,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from dnmopd.registry import LazyRegistry
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.measurements.metric_table import MetricTable
+from dnmopd.trainer.step.batch import TrainBatch
 
 
 @dataclass
@@ -44,7 +46,7 @@ class Collected:
     phases: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Wall-clock (start, end) of the collection's phases (rollout, scoring, wait), time.time() seconds."""
     policy_version: int = 0
-    """Optimizer updates behind the weights that generated the batch (stamped by the rollout pipeline)."""
+    """Optimizer updates behind the weights that generated the batch (stamped by `RolloutAhead`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,15 @@ class StepCounts:
 
 class Mode(ABC):
     uses_rollout: ClassVar[bool] = True
-    """Whether the mode samples from the student (and so needs a rollout engine and weight syncs)."""
+    """Whether the mode samples from the student (and so needs a rollout engine, an experience collector and
+    weight syncs)."""
+    distills: ClassVar[bool] = False
+    """Whether the teachers score the student's responses: the trainer then builds the method (`ctx.method`:
+    routing and multipliers), the teachers it routes to (with hidden states for a full-vocabulary loss) and
+    their LM heads where a full-vocabulary loss or the probe needs them (`ctx.teacher_heads`)."""
+    verifies: ClassVar[bool] = False
+    """Whether every response needs a verdict (GRPO's rewards); other rollout modes are verified when
+    rollout.verify is set."""
     metrics: ClassVar[MetricTable] = MetricTable()
     """The metrics only this mode reports (the loop's, the collector's and the objectives' are declared there)."""
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import torch
 
 from dnmopd.core import DynamicSamplingFilter, grpo_advantages
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.experience import Sample, merge_phases, sample_metrics
-from dnmopd.trainer.metric_table import Mean, MetricTable
+from dnmopd.trainer.experience.collector import Sample, merge_phases, sample_metrics
+from dnmopd.trainer.measurements.metric_table import Mean, MetricTable
 from dnmopd.trainer.modes.base import Collected, Mode, StepCounts
-from dnmopd.trainer.objectives import ClippedSurrogate, ratio_reference
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.objectives import ClippedSurrogate, ratio_reference
 
 
 def reward(sample: Sample) -> float:
@@ -33,12 +33,13 @@ class GRPOMode(Mode):
         ("grpo/reward_mean", "mean", "Mean reward of the kept responses."),
     )
 
+    verifies = True
+
     def __init__(self, ctx):
         super().__init__(ctx)
         if self.config.data.samples_per_prompt < 2:
             raise ValueError("GRPO needs data.samples_per_prompt >= 2 (groups to normalize over)")
         self.grpo = self.config.grpo
-        self.experience = ctx.experience(verify=True)
         groups = self.config.data.sampler.prompts_per_rollout // ctx.layout.dp_size
         self.filter = DynamicSamplingFilter(groups, self.grpo.max_generation_batches)
 
@@ -49,9 +50,9 @@ class GRPOMode(Mode):
         batches = self.grpo.max_generation_batches + 1 if self.grpo.dynamic_sampling else 1
         for batch_index in range(batches):  # the last batch's groups are kept unconditionally (budget spent)
             prompts = self.ctx.next_prompts()
-            if self.experience is not None:
+            if self.ctx.collector is not None:
                 offset = self.ctx.seed_offset(update * batches + batch_index, len(prompts))
-                experience = self.experience.collect(prompts, seed_offset=offset)
+                experience = self.ctx.collector.collect(prompts, seed_offset=offset)
                 phases = merge_phases(phases, experience.phases)
                 for start in range(0, len(experience.samples), n):
                     group = experience.samples[start: start + n]
@@ -59,9 +60,9 @@ class GRPOMode(Mode):
                     rewards = torch.tensor([reward(s) for s in group], dtype=torch.float64)
                     if len(kept) < self.filter.target and (not self.grpo.dynamic_sampling or self.filter.keep(rewards)):
                         kept.append(group)
-            if not self.ctx.any_rank(self.experience is not None and len(kept) < self.filter.target):
+            if not self.ctx.any_rank(self.ctx.collector is not None and len(kept) < self.filter.target):
                 break
-        if self.experience is None:
+        if self.ctx.collector is None:
             return Collected(None)
         samples = [s for group in kept for s in group]
         metrics = {**sample_metrics(samples, verified=True), "grpo/groups_seen": float(seen),

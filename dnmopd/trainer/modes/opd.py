@@ -18,27 +18,17 @@ import torch
 from dnmopd.core import inject_constant_advantages, injection_constant, select_injection
 from dnmopd.core.statistics import SUM, TOKENS
 from dnmopd.kernels import domain_stats
-from dnmopd.student.weights import SafetensorsFolder
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.experience import Sample
-from dnmopd.trainer.injection_bank import InjectionBank
-from dnmopd.trainer.method import Method
-from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.experience.collector import Sample
+from dnmopd.trainer.injection.bank import InjectionBank
+from dnmopd.trainer.measurements.metric_table import MetricTable
 from dnmopd.trainer.modes.base import Collected, Mode, StepCounts
-from dnmopd.trainer.objectives import ClippedSurrogate, FullVocabReverseKL, ratio_reference
-
-OUTPUT_WEIGHT_NAMES = ("lm_head.weight", "model.embed_tokens.weight", "model.language_model.embed_tokens.weight")
-POOL = -1
-"""`TrainBatch.teacher_index` of a response distilled from the uniform mixture of all teachers."""
-
-
-def teacher_output_weight(model_path: str) -> torch.Tensor:
-    """A Hugging Face teacher's LM-head weight [vocab, hidden] (its input embedding when tied), read alone."""
-    folder = SafetensorsFolder(model_path)
-    name = next((n for n in OUTPUT_WEIGHT_NAMES if n in folder.file_of), None)
-    if name is None:
-        raise ValueError(f"{model_path}: no LM head among {OUTPUT_WEIGHT_NAMES}")
-    return folder.get(name)
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.objectives import (
+    ClippedSurrogate,
+    FullVocabReverseKL,
+    attach_full_vocab_targets,
+    ratio_reference,
+)
 
 
 class OPDMode(Mode):
@@ -61,25 +51,21 @@ class OPDMode(Mode):
         ("injection/constant", "global", "c(t), the constant advantage of injected trajectories this update."),
     )
 
+    distills = True
+
     def __init__(self, ctx):
         super().__init__(ctx)
-        method = self.config.method
-        self.method = Method(method, self.config.data.domains)
-        self.full_vocab = method.loss.kind == "full_vocab_reverse_kl"
-        self.bank = InjectionBank.load(method.injection.bank) if method.injection else None
-        self.teacher_names = self.config.teachers.names()
-        # the full-vocab loss needs every teacher's LM head on every rank of the last pipeline stage
-        self.teacher_heads = [teacher_output_weight(m.config.model_path) for m in self.config.teachers.models] \
-            if self.full_vocab and ctx.layout.is_last_stage else []
-        self.experience = ctx.experience(teachers_for=self.method.teachers_needed, hidden_states=self.full_vocab,
-                                         verify=self.config.rollout.verify)
+        self.method = ctx.method
+        self.full_vocab = self.config.method.loss.full_vocab
+        injection = self.config.method.injection
+        self.bank = InjectionBank.load(injection.bank) if injection else None
 
     # ----------------------------------------------------------------------------------------- the batch
     def collect(self, update: int) -> Collected:
         prompts = self.ctx.next_prompts()  # every rank: the sampler stays at the same position everywhere
-        if self.experience is None:
+        if self.ctx.collector is None:
             return Collected(None)
-        experience = self.experience.collect(prompts, seed_offset=self.ctx.seed_offset(update, len(prompts)))
+        experience = self.ctx.collector.collect(prompts, seed_offset=self.ctx.seed_offset(update, len(prompts)))
         samples = experience.samples
         injected = self._inject(samples, update) if self.bank is not None else []
         metrics = experience.metrics()
@@ -98,28 +84,9 @@ class OPDMode(Mode):
             batch.injected = torch.zeros(batch.size, dtype=torch.bool)
             batch.injected[injected] = True
         if self.full_vocab:
-            self._attach_teacher_hidden(batch, samples, applied)
+            attach_full_vocab_targets(batch, applied, [s.hidden_states for s in samples],
+                                      self.config.teachers.names())
         return batch
-
-    def _attach_teacher_hidden(self, batch: TrainBatch, samples: list[Sample], applied: list[str | None]) -> None:
-        """Each response's target teacher (`teacher_index`) and the hidden states its loss needs: the applied
-        teacher's, or every teacher's side by side for the pool mixture. Masked responses keep zeros."""
-        widths = {h.shape[-1] for s in samples for h in s.hidden_states.values()}
-        if len(widths) > 1:
-            raise ValueError(f"full_vocab_reverse_kl: teachers' hidden sizes differ ({sorted(widths)})")
-        width = widths.pop() if widths else 1
-        slots = len(self.teacher_names) if self.method.config.routing.rule == "pool" else 1
-        batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, slots * width)
-        batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
-        for i, (sample, name) in enumerate(zip(samples, applied, strict=True)):
-            if name is None:  # a teacher failed: the sample is masked
-                continue
-            length = len(sample.response_ids)
-            names = self.teacher_names if name == "pool" else [name]
-            for slot, teacher in enumerate(names):
-                batch.teacher_hidden[i, :length, slot * width: (slot + 1) * width] = \
-                    sample.hidden_states[teacher].float()
-            batch.teacher_index[i] = POOL if name == "pool" else self.teacher_names.index(name)
 
     def _injection_constant(self, update: int) -> float:
         injection = self.config.method.injection
@@ -180,7 +147,7 @@ class OPDMode(Mode):
 
     def objective(self, counts: StepCounts):
         if self.full_vocab:
-            return FullVocabReverseKL(self.ctx.head, self.teacher_heads, num_responses=counts.responses,
+            return FullVocabReverseKL(self.ctx.head, self.ctx.teacher_heads, num_responses=counts.responses,
                                       domains=self.method.domains)
         loss = self.config.method.loss
         return ClippedSurrogate(self.ctx.head, num_responses=counts.responses, eps_low=loss.eps_low,

@@ -16,16 +16,16 @@ from pathlib import Path
 import torch
 
 from dnmopd.io import write_jsonl
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.metric_table import Mean
+from dnmopd.trainer.measurements.metric_table import Mean
 from dnmopd.trainer.modes.base import Collected, Mode, StepCounts
-from dnmopd.trainer.objectives import TokenCrossEntropy
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.objectives import TokenCrossEntropy
 
 
 def generate_answers(config, prompts, tokenizer, output: Path) -> None:
     """Every prompt answered once by its label-routed in-process teacher; rows written atomically to `output`."""
     from dnmopd.rollout.base import SamplingParams
-    from dnmopd.trainer.teacher_answers import teacher_answers
+    from dnmopd.trainer.experience.teacher_answers import teacher_answers
 
     sampling = SamplingParams(temperature=1.0, max_new_tokens=config.sft.max_response_tokens, seed=config.sft.seed)
     purpose = "SeqKD generation (for server-backed teachers, generate the answers there and pass them as sft.data)"

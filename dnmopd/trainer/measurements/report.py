@@ -10,8 +10,8 @@
     training.png      loss, mean response length and throughput
     eval.png          evaluation during training: eval/<suite> scores (and eval/heldout) by update
 
-    python -m dnmopd.trainer.report RUN_DIR
-    python -m dnmopd.trainer.report RUN_DIR OTHER_RUN... [--output FILE]
+    python -m dnmopd.trainer.measurements.report RUN_DIR
+    python -m dnmopd.trainer.measurements.report RUN_DIR OTHER_RUN... [--output FILE]
 
 With several runs (e.g. DN-MOPD and its Label baseline on the same seed and data), one more figure draws
 every run's per-domain probe KL and applied multipliers side by side (default <RUN_DIR>/plots/comparison.png).
@@ -29,7 +29,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from dnmopd.trainer.metrics import METRICS_FILE, read_metrics  # noqa: E402
+from dnmopd.trainer.measurements.metrics import METRICS_FILE, read_metrics  # noqa: E402
 
 
 def series(records: list[dict], prefix: str, suffix: str = "") -> dict[str, tuple[list[int], list[float]]]:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import time
 
-from dnmopd.trainer.evaluation import TrainingEvaluation
-from dnmopd.trainer.probe import FixedProbe
-from dnmopd.trainer.progress import ProgressDisplay
+from dnmopd.trainer.measurements.evaluation import TrainingEvaluation
+from dnmopd.trainer.measurements.probe import FixedProbe
+from dnmopd.trainer.measurements.progress import ProgressDisplay
 
 
 class Measurements:

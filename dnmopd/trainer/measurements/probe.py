@@ -28,17 +28,17 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from dnmopd.core.routing import POOL
+from dnmopd.data.prompts import Prompt, PromptSet
 from dnmopd.io import atomic_write
 from dnmopd.rollout.base import RolloutRequest
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.inprocess import InProcessTeacher
-from dnmopd.trainer.batch import TrainBatch, broadcast_batch
 from dnmopd.trainer.context import Layout
-from dnmopd.trainer.forward_backward import sum_metrics
-from dnmopd.trainer.metric_table import MetricTable
-from dnmopd.trainer.modes.opd import teacher_output_weight
-from dnmopd.trainer.objectives import FullVocabReverseKL
-from dnmopd.trainer.prompts import Prompt, PromptSet
+from dnmopd.trainer.measurements.metric_table import MetricTable
+from dnmopd.trainer.step.batch import TrainBatch, broadcast_batch
+from dnmopd.trainer.step.forward_backward import sum_metrics
+from dnmopd.trainer.step.objectives import FullVocabReverseKL, attach_full_vocab_targets
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,6 @@ PROBE_METRICS = MetricTable(
                              "set (logging.probe), all domains, after the update (nats)."),
     ("probe_kl/{domain}", "mean", "The same over the domain's probe tokens."),
 )
-POOL = "pool"
-"""The routed target of pool routing: the uniform mixture of all teachers."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -172,40 +170,35 @@ def read_probe(path: Path, spec: dict, domains: list[str], teachers: list[str], 
 
 
 def probe_batch(rows: list[dict], teachers: dict, teacher_names: list[str], domains: list[str]) -> TrainBatch:
-    """The rows as a batch with each response's target (`teacher_index`, -1 for the pool mixture) and the
-    final hidden states of its teacher(s) side by side (`teacher_hidden`), as the full-vocabulary loss reads."""
+    """The rows as a batch with the full-vocabulary targets the loss reads (`attach_full_vocab_targets`): the
+    final hidden states of each response's routed teacher, or of every teacher for the pool mixture."""
     scorers = {name: InProcessTeacher(dataclasses.replace(t.config, return_hidden_states=True), model=t.model)
                for name, t in teachers.items()}
     batch = TrainBatch.from_rows([r["prompt_ids"] for r in rows], [r["response_ids"] for r in rows],
                                  [torch.zeros(len(r["response_ids"])) for r in rows],
                                  [torch.zeros(len(r["response_ids"])) for r in rows],
                                  [domains.index(r["domain"]) for r in rows])
-    hidden = {}
+    hidden: list[dict[str, torch.Tensor]] = [{} for _ in rows]
     for name in teacher_names:
         mine = [i for i, r in enumerate(rows) if r["target"] in (name, POOL)]
         scores = scorers[name].score_batch([ScoreRequest((*rows[i]["prompt_ids"], *rows[i]["response_ids"]),
                                                          len(rows[i]["prompt_ids"])) for i in mine])
-        hidden.update({(i, name): s.hidden_states.float().cpu() for i, s in zip(mine, scores, strict=True)})
-    width = next(iter(hidden.values())).shape[-1]
-    slots = len(teacher_names) if any(r["target"] == POOL for r in rows) else 1
-    batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, slots * width)
-    batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
-    for i, row in enumerate(rows):
-        names = teacher_names if row["target"] == POOL else [row["target"]]
-        for slot, name in enumerate(names):
-            batch.teacher_hidden[i, : len(row["response_ids"]), slot * width: (slot + 1) * width] = hidden[i, name]
-        batch.teacher_index[i] = -1 if row["target"] == POOL else teacher_names.index(row["target"])
+        for i, score in zip(mine, scores, strict=True):
+            hidden[i][name] = score.hidden_states.float().cpu()
+    attach_full_vocab_targets(batch, [r["target"] for r in rows], hidden, teacher_names)
     return batch
 
 
-def build_probe(config, run_dir: Path, *, resumed_at: int, layout: Layout, vocab_size: int, leader: int, dims,
-                prompts: list[Prompt], engine, teachers: dict, mode, head, forward) -> FixedProbe:
+def build_probe(config, run_dir: Path, *, resumed_at: int, layout: Layout, dims, vocab_size: int,
+                prompts: list[Prompt], engine, teachers: dict, method, teacher_heads: list[torch.Tensor], head,
+                forward) -> FixedProbe:
     """This rank's share of the fixed probe set, sampled from `prompts` by rank 0's rollout `engine` (still the
-    initial student) unless stored, with the hidden states of the `teachers` the `mode`'s method routes to.
-    Every rank calls it, after the run's resume (`resumed_at`) and before the engine's resync to its weights;
-    `leader` is the rank's model-parallel leader (`dims.pg.mp`), the one that holds the engine and teachers."""
+    initial student) unless stored, routed by `method` to the `teachers` whose hidden states and LM heads
+    (`teacher_heads`, on the last pipeline stage) its measurement uses. Every rank calls it, after the run's
+    resume (`resumed_at`) and before the engine's resync to its weights; the model-parallel leaders hold the
+    engine and the teachers and send the batch to their group (`dims.pg.mp`)."""
     def sample(spec):
-        return sample_probe(prompts, engine, config.rollout.sampling, teachers, mode.method, spec)
+        return sample_probe(prompts, engine, config.rollout.sampling, teachers, method, spec)
 
     rows = probe_rows(config, run_dir, resumed_at=resumed_at, vocab_size=vocab_size,
                       sample=sample if layout.rank == 0 else None)
@@ -214,9 +207,8 @@ def build_probe(config, run_dir: Path, *, resumed_at: int, layout: Layout, vocab
     names, domains = config.teachers.names(), list(config.data.domains)
     mine = rows[layout.dp_rank:: layout.dp_size]
     batch = probe_batch(mine, teachers, names, domains) if layout.is_leader else None
-    heads = mode.teacher_heads or [teacher_output_weight(m.config.model_path)
-                                   for m in config.teachers.models if layout.is_last_stage]
-    return FixedProbe(broadcast_batch(batch, leader, dims.pg.mp), heads, tuple(domains),
+    leader = min(dist.get_process_group_ranks(dims.pg.mp))
+    return FixedProbe(broadcast_batch(batch, leader, dims.pg.mp), teacher_heads, tuple(domains),
                       every=config.logging.probe_every, updates=config.train.updates,
                       head=head, forward=forward, pp_group=dims.pg.pp)
 

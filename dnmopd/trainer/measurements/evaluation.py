@@ -42,7 +42,7 @@ from dnmopd.eval.config import CodeGradingConfig
 from dnmopd.eval.protocol import SEED, SUITES, TEMPERATURE, TOP_K, TOP_P
 from dnmopd.io import atomic_write, write_jsonl
 from dnmopd.rollout.base import RolloutRequest, SamplingParams
-from dnmopd.trainer.metric_table import MetricTable
+from dnmopd.trainer.measurements.metric_table import MetricTable
 
 logger = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ class TrainingEvaluation:
             except Exception as error:  # noqa: BLE001 - reported with the option that names the suite
                 raise FieldValueError("eval.suites", f"{suite}: {error}") from error
         if self.config.prompts is not None:
-            from dnmopd.trainer.prompts import load_run_prompts
-            from dnmopd.trainer.verification import Verification
+            from dnmopd.data.prompts import load_run_prompts
+            from dnmopd.trainer.experience.verification import Verification
 
             try:
                 self.prompts = load_run_prompts(self.config.prompts, self.tokenizer, config.data,

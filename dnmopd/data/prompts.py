@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dnmopd.data.chat import PromptTokenizer, check_vocab, filter_by_prompt_length, row_messages
 from dnmopd.data.loading import load_prompts
+from dnmopd.data.sample_data import resolve_data_path
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,6 @@ def load_run_prompts(path: Path, tokenizer: PromptTokenizer, data, *, model_voca
     """A prompt file of a run (data.train_file, a probe or held-out file, the injection bank's prompts), read as
     every one of them is read: `samples:<file>` resolved, the `data` section's domains, max_prompt_tokens and
     on_bad_row, the tokenizer checked against the student's `model_vocab` embedding rows."""
-    from dnmopd.trainer.config import resolve_data_path  # the run config imports this module (through probe.py)
-
     return PromptSet.load(resolve_data_path(path), tokenizer, domains=data.domains,
                           max_prompt_tokens=data.max_prompt_tokens, model_vocab=model_vocab,
                           on_bad_row=data.on_bad_row)

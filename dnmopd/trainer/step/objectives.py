@@ -25,16 +25,18 @@ OPD's advantage is w_d (log p_teacher - log pi_theta0) in both cases; GRPO's is 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from dnmopd.core.routing import POOL, POOL_INDEX
 from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
 from dnmopd.kernels.utils import gather_token_stats, merge_max_sumexp, response_token_weights
-from dnmopd.trainer.batch import TrainBatch
-from dnmopd.trainer.forward_backward import TokenView
-from dnmopd.trainer.metric_table import Mean, MetricTable
+from dnmopd.trainer.measurements.metric_table import Mean, MetricTable
+from dnmopd.trainer.step.batch import TrainBatch
+from dnmopd.trainer.step.forward_backward import TokenView
 
 OBJECTIVE_METRICS = MetricTable(
     ("loss", "sum", "The update's loss: its optimizer steps' mean of the global objective (response mean of the "
@@ -132,8 +134,9 @@ class ClippedSurrogate(_Objective):
 class FullVocabReverseKL(_Objective):
     """w_d * KL(student || target) over the whole vocabulary, per response token, response-mean. The target is
     the response's teacher (`teacher_index` >= 0: label, single and dynamic routing) or, for pool routing
-    (`teacher_index` -1), the uniform mixture (1/K) sum_k p_k over the full vocabulary, whose teachers' hidden
-    states lie side by side in `teacher_hidden`. Also reports the exact per-domain KL (`kl_full`)."""
+    (`teacher_index` POOL_INDEX), the uniform mixture (1/K) sum_k p_k over the full vocabulary, whose teachers'
+    hidden states lie side by side in `teacher_hidden` (both filled by `attach_full_vocab_targets`). Also reports
+    the exact per-domain KL (`kl_full`)."""
 
     def __init__(self, head: LMHead, teacher_weights: list[torch.Tensor], *, num_responses: int,
                  domains: tuple[str, ...]):
@@ -176,13 +179,13 @@ class FullVocabReverseKL(_Objective):
     def _chunk(self, target: int, count: int) -> int:
         """Tokens per kernel call: all of them for one teacher (the kernel chunks), a bounded slice for the
         mixture (its [tokens, vocab shard] logits are built here)."""
-        return count if target >= 0 else (self.head.chunk_size or MIXTURE_CHUNK_TOKENS)
+        return count if target != POOL_INDEX else (self.head.chunk_size or MIXTURE_CHUNK_TOKENS)
 
     def _teacher(self, target: int, hidden: torch.Tensor, shard) -> dict:
         """The kernel's teacher arguments, at temperature 1 (the kernel divides both sides by the temperature)."""
         temperature = self.head.temperature
         rows = slice(shard.vocab_start, shard.vocab_start + shard.weight.shape[0])
-        if target >= 0:
+        if target != POOL_INDEX:
             weight = self.teacher_weights[target][rows].to(hidden.device)
             return {"teacher_hidden": (hidden[:, : weight.shape[1]] * temperature).to(weight.dtype),
                     "teacher_weight": weight}
@@ -196,6 +199,30 @@ class FullVocabReverseKL(_Objective):
         for domain, total, count in zip(self.domains, kl, counts, strict=True):
             metrics[f"kl_full/{domain}"] = Mean(total, count)
         return metrics
+
+
+def attach_full_vocab_targets(batch: TrainBatch, targets: Sequence[str | None],
+                              hidden_states: Sequence[Mapping[str, torch.Tensor]],
+                              teacher_names: Sequence[str]) -> None:
+    """Fill what `FullVocabReverseKL` reads: each response's target (`teacher_index`: the teacher's position in
+    `teacher_names`, or POOL_INDEX for the pool mixture) and its target teachers' final hidden states
+    (`teacher_hidden`; every teacher's side by side when some response's target is POOL). `targets[i]` is a
+    teacher name, POOL, or None for a masked response (whose rows stay zero); `hidden_states[i]` maps teacher
+    name -> [response length, hidden]."""
+    widths = {h.shape[-1] for hidden in hidden_states for h in hidden.values()}
+    if len(widths) > 1:
+        raise ValueError(f"full-vocabulary targets: the teachers' hidden sizes differ ({sorted(widths)})")
+    width = widths.pop() if widths else 1
+    slots = len(teacher_names) if POOL in targets else 1
+    batch.teacher_hidden = torch.zeros(*batch.response_mask.shape, slots * width)
+    batch.teacher_index = torch.zeros(batch.size, dtype=torch.long)
+    for i, (target, hidden) in enumerate(zip(targets, hidden_states, strict=True)):
+        if target is None:
+            continue
+        names = teacher_names if target == POOL else [target]
+        for slot, name in enumerate(names):
+            batch.teacher_hidden[i, : hidden[name].shape[0], slot * width: (slot + 1) * width] = hidden[name].float()
+        batch.teacher_index[i] = POOL_INDEX if target == POOL else teacher_names.index(target)
 
 
 def mixture_logprobs(hidden: torch.Tensor, weights: list[torch.Tensor], tp_group) -> torch.Tensor:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+from dnmopd.data.prompts import Prompt
 from dnmopd.hf.inprocess import InProcessModel
 from dnmopd.rollout.base import Rollout, RolloutRequest, SamplingParams
 from dnmopd.rollout.inprocess import InProcessRollout
 from dnmopd.trainer.method import Method
-from dnmopd.trainer.prompts import Prompt
 
 
 def teacher_answers(config, prompts: Sequence[Prompt], sampling: SamplingParams, *, purpose: str

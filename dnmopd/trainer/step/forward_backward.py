@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dnmopd.trainer.batch import MicroBatch, TrainBatch
 from dnmopd.trainer.collectives import all_reduce_sum
+from dnmopd.trainer.step.batch import MicroBatch, TrainBatch
 
 
 @dataclass

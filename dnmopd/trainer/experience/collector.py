@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 
 import torch
 
+from dnmopd.data.prompts import Prompt
 from dnmopd.rollout.base import Rollout, RolloutEngine, RolloutRequest, SamplingParams
+from dnmopd.serving.blocking import run_blocking
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.fleet import TeacherFleet
-from dnmopd.trainer.metric_table import Mean, MetricTable
-from dnmopd.trainer.prompts import Prompt
+from dnmopd.trainer.measurements.metric_table import Mean, MetricTable
 
 EXPERIENCE_METRICS = MetricTable(
     ("response_tokens", "sum", "Response tokens of the update's batch (all data-parallel ranks)."),
@@ -29,7 +30,7 @@ EXPERIENCE_METRICS = MetricTable(
     ("accuracy/{domain}", "mean", "Share of the domain's responses its verifier judged correct (a response "
                                   "without a verdict counts as wrong); only when responses are verified."),
     ("no_verdict/{domain}", "sum", "Responses of the domain the verifier could not judge (time-out, crash, "
-                                   "exception): scored as wrong, logged by dnmopd.trainer.verification."),
+                                   "exception): scored as wrong, logged by dnmopd.trainer.experience.verification."),
     ("teacher/{teacher}/failures", "sum", "Scoring requests of the teacher that failed after all retries "
                                           "(the sample is masked or the run stops: teachers.fleet)."),
     ("teacher/{teacher}/latency_s", "mean", "Mean seconds per scoring request of the teacher, retries included."),
@@ -135,7 +136,7 @@ class ExperienceCollector:
         requests = [RolloutRequest(p.prompt_ids, sample_id=i * n + k) for i, p in enumerate(prompts) for k in range(n)]
         failures_before = dict(self.fleet.failures) if self.fleet else {}
         run = _Run()
-        samples = asyncio.run(self._collect(prompts, requests, params, run))
+        samples = run_blocking(self._collect(prompts, requests, params, run))
         failures = {name: self.fleet.failures[name] - failures_before.get(name, 0)
                     for name in (self.fleet.teachers if self.fleet else ())}
         return Experience(samples, run.phases(), failures, run.latency, verified=self.verifier is not None)
@@ -160,10 +161,6 @@ class ExperienceCollector:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        finally:
-            await self.engine.aclose()
-            if self.fleet is not None:
-                await self.fleet.aclose()
         return [samples[i] for i in sorted(samples)]
 
     def _sample(self, prompts, rollout: Rollout) -> Sample:

@@ -1,6 +1,6 @@
 """The injection bank of annealed teacher-trajectory injection: one verified teacher answer per student prompt.
 
-Built once before a run by `launch/build_injection_bank.py` (`injection_bank_builder.py`). Entries are keyed
+Built once before a run by `launch/build_injection_bank.py` (`builder.py`). Entries are keyed
 by the sha256 of the prompt's token ids, so a bank only matches prompts rendered with the same tokenizer and
 template. The file is written atomically with its own sha256 beside it (`<bank>.sha256`), which loading checks.
 """

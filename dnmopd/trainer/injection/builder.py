@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from dnmopd.data.chat import PromptTokenizer
+from dnmopd.data.prompts import load_run_prompts
 from dnmopd.student.arch import StudentArch
 from dnmopd.teachers.base import ScoreRequest
 from dnmopd.teachers.inprocess import InProcessTeacher
-from dnmopd.trainer.injection_bank import BankEntry, InjectionBank, prompt_key
-from dnmopd.trainer.prompts import load_run_prompts
-from dnmopd.trainer.teacher_answers import teacher_answers
-from dnmopd.trainer.verification import Verification
+from dnmopd.trainer.experience.teacher_answers import teacher_answers
+from dnmopd.trainer.experience.verification import Verification
+from dnmopd.trainer.injection.bank import BankEntry, InjectionBank, prompt_key
 
 
 def build_bank(config, output: Path, log=print) -> InjectionBank:
