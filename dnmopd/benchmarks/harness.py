@@ -28,6 +28,7 @@ import yaml
 
 from dnmopd.benchmarks import host_memory
 from dnmopd.benchmarks.providers import PROVIDERS, StepInputs, default_chunk_rows, make_inputs, torch_step
+from dnmopd.io import atomic_write
 
 OPTIONS = {"chunk_rows": int, "logits_dtype": str, "backend": str}
 
@@ -300,7 +301,6 @@ def write_reports(results: list[Result], meta: dict, out_dir: Path) -> tuple[Pat
         f"# Kernel benchmark\n\n{json.dumps(meta)}\n\n{markdown_table(results)}\n",
     )
     for path, payload in zip(paths, payloads, strict=True):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(payload)
-        tmp.replace(path)
+        with atomic_write(path) as handle:
+            handle.write(payload)
     return paths

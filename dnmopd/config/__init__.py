@@ -1,4 +1,8 @@
-"""Typed configuration: dataclass trees loaded from YAML with overrides and precise errors."""
+"""Typed configuration: dataclass trees loaded from YAML with overrides and precise errors.
+
+    loader  YAML files (`extends:`, `--set key.path=value`) -> typed dataclass trees; errors name key and file
+    cli     the `--config` / `--set` arguments of the command lines
+"""
 
 from dnmopd.config.loader import (
     Backend,

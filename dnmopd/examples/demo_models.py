@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from dnmopd.io import atomic_directory
+from dnmopd.io import atomic_directory, atomic_write
 
 DOMAINS = ("math", "code", "ifeval")
 TEACHER_POOLS = {"math": "teacher/math_train.jsonl", "code": "teacher/code_train.jsonl",
@@ -94,7 +94,8 @@ def build_demo_models(root: str | Path) -> Path:
         summaries = prompt_summaries(root / "student")
         for domain in DOMAINS:
             _write_copy(base, root / f"{domain}_teacher", teacher_weights(student, domain, summaries[domain]))
-    marker.write_text(json.dumps(SPEC))
+    with atomic_write(marker) as handle:
+        handle.write(json.dumps(SPEC))
     return root
 
 

@@ -1,6 +1,7 @@
 """Rollout generation: the `RolloutEngine` interface and the definition of the rollout log-prob (`base`),
-the sampling distribution (`sampling`), and the backends `inprocess`, `sglang` and `vllm`. A backend is
-chosen by name in the config and imported only then (`rollout_class`)."""
+the sampling distribution (`sampling`), and the backends `inprocess`, `sglang` and `vllm` (the last two over
+`http_engine`, their shared HTTP engine). A backend is chosen by name in the config and imported only then
+(`rollout_class`)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dnmopd.io import atomic_write
+
 BACKENDS = ("sglang", "vllm")
 DEVICES = ("cuda", "cpu")
 HEALTH_PATHS = {"sglang": "/health_generate", "vllm": "/health"}
@@ -169,10 +171,8 @@ def write_server_map(path: str | Path, servers: dict[str, tuple[str, str, list[s
     path = Path(path)
     payload = {name: {"backend": backend, "path": model_path, "servers": urls}
                for name, (backend, model_path, urls) in servers.items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n")
-    os.replace(tmp, path)
+    with atomic_write(path) as handle:
+        handle.write(json.dumps(payload, indent=2) + "\n")
     return path
 
 

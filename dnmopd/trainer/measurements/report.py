@@ -20,7 +20,6 @@ every run's per-domain probe KL and applied multipliers side by side (default <R
 from __future__ import annotations
 
 import argparse
-import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dnmopd.io import atomic_write
 from dnmopd.trainer.measurements.metrics import METRICS_FILE, read_metrics  # noqa: E402
 
 
@@ -46,10 +46,9 @@ def series(records: list[dict], prefix: str, suffix: str = "") -> dict[str, tupl
 
 
 def _save(fig, path: Path) -> Path:
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_write(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 
