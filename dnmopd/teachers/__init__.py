@@ -1,6 +1,6 @@
 """Teacher scoring: the `TeacherScorer` interface (`base`), its backends `inprocess`, `sglang` and `vllm` (the
-last two over `http_teacher`), and multi-teacher scoring with a failure policy (`fleet`). A backend is chosen by name in the config and
-imported only then (`teacher_class`), never as a side effect of importing this package."""
+last two over `http_teacher`), and multi-teacher scoring with a failure policy (`fleet`). A backend is chosen by
+name in the config and imported only then (`teacher_class`), never as a side effect of importing this package."""
 
 from __future__ import annotations
 
