@@ -5,7 +5,7 @@
 
 Give the same --config files and --set overrides as the run: the bank holds one verified answer of the
 label-routed teacher per prompt of data.train_file, keyed by the prompt's token ids under the run's tokenizer
-and template (`dnmopd.trainer.injection_bank_builder`). A GPU is advised.
+and template (`dnmopd.trainer.injection.builder`). A GPU is advised.
 """
 
 import argparse
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from dnmopd.trainer.config import TrainerConfig
-    from dnmopd.trainer.injection_bank_builder import build_bank
+    from dnmopd.trainer.injection.builder import build_bank
 
     config = config_from_arguments(TrainerConfig, args)
     if config is None:

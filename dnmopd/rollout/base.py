@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from dnmopd.serving.blocking import close_blocking, run_blocking
+from dnmopd.serving.blocking import BlockingClient, run_blocking
 
 FINISH_REASONS = ("stop", "length")
 
@@ -143,7 +143,7 @@ class WeightProbe:
             )
 
 
-class RolloutEngine(ABC):
+class RolloutEngine(BlockingClient, ABC):
     """Generates responses for the student. Built from its backend's `Config.build()`.
 
     What the trainer must know of a backend before it has an engine (off the model-parallel leaders it has
@@ -186,11 +186,3 @@ class RolloutEngine(ABC):
     def check(self) -> None:
         """Startup checks (servers up and serving the expected model). Raises `RolloutError` when one fails."""
         return None
-
-    async def aclose(self) -> None:
-        """Release the backend's connections (HTTP backends), on the I/O loop they belong to."""
-        return None
-
-    def close(self) -> None:
-        """Blocking `aclose()`: the owner of an engine closes it when done with it."""
-        close_blocking(self)

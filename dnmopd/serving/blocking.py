@@ -23,6 +23,18 @@ class AsyncClient(Protocol):
     async def aclose(self) -> None: ...
 
 
+class BlockingClient:
+    """A rollout engine or teacher: its async work runs on the I/O loop, where its connections live."""
+
+    async def aclose(self) -> None:
+        """Release the client's connections (HTTP backends; nothing for in-process ones)."""
+        return None
+
+    def close(self) -> None:
+        """Blocking `aclose()`: the owner of a client closes it when done with it."""
+        close_blocking(self)
+
+
 class _IOLoop:
     """An event loop running forever in a daemon thread."""
 

@@ -24,7 +24,7 @@ from typing import ClassVar
 
 import torch
 
-from dnmopd.serving.blocking import close_blocking, run_blocking
+from dnmopd.serving.blocking import BlockingClient, run_blocking
 from dnmopd.serving.errors import ServingError
 
 
@@ -80,7 +80,7 @@ class TeacherScores:
         return self
 
 
-class TeacherScorer(ABC):
+class TeacherScorer(BlockingClient, ABC):
     """Scores response tokens with one teacher model. Built from its backend's `Config.build()`."""
 
     returns_hidden_states: ClassVar[bool] = False
@@ -112,11 +112,3 @@ class TeacherScorer(ABC):
     def check(self) -> None:
         """Startup checks (health, identity, vocabulary). Raises `TeacherError` when one fails."""
         return None
-
-    async def aclose(self) -> None:
-        """Release the backend's connections (HTTP backends), on the I/O loop they belong to."""
-        return None
-
-    def close(self) -> None:
-        """Blocking `aclose()`: the owner of a teacher closes it when done with it."""
-        close_blocking(self)
