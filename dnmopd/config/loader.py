@@ -340,7 +340,7 @@ def to_plain(config) -> Any:
     if isinstance(config, Choice):
         return {"backend": config.backend, **to_plain(config.config)}
     if dataclasses.is_dataclass(config):
-        return {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+        return {f.name: to_plain(getattr(config, f.name)) for f in dataclasses.fields(config) if f.init}
     if isinstance(config, Mapping):
         return {str(k): to_plain(v) for k, v in config.items()}
     if isinstance(config, list | tuple):

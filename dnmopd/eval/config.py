@@ -18,7 +18,7 @@ def _engine_config(backend: str) -> type:
 
 @dataclass(kw_only=True, slots=True)
 class CodeGradingConfig:
-    timeout_s: float = LCB_TIMEOUT_S
+    timeout_s: float = float(LCB_TIMEOUT_S)
     """Wall and CPU seconds per LiveCodeBench test (protocol: 6)."""
     memory_bytes: int = LCB_MEMORY_BYTES
     """Address space (and resident memory of all processes) of a program under test (protocol: 8 GiB)."""

@@ -170,7 +170,7 @@ class Trainer:
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
                                         enabled=self.rank == 0 and config.logging.progress)
-        self.last_metrics: dict[str, float] = {}
+        self.last_metrics: dict[str, float] = self.metrics.resumed  # rank 0's; a finished run's re-run keeps them
 
     # ------------------------------------------------------------------------------------------- building
     def _write_resolved_config(self) -> None:

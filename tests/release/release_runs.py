@@ -52,9 +52,13 @@ def train_and_release(root: Path, arch: str, *, name: str = "run") -> Path:
         "checkpoint.save_every=1", "checkpoint.keep_last=2", "logging.progress=false", "logging.report=false",
         "logging.metrics.tensorboard=false", "optimizer.lr=1e-3", "optimizer.lr_warmup_updates=0", *CARD[arch],
     ]
-    command = [sys.executable, str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(DEMO),
-               *[arg for o in overrides for arg in ("--set", o)]]
+    pretrain(["--config", str(DEMO), *[arg for o in overrides for arg in ("--set", o)]])
+    return root / name
+
+
+def pretrain(arguments: list[str]) -> None:
+    """`launch/pretrain_dnmopd.py ARGUMENTS` on one process under the umask `UMASK`; fails the test if it fails."""
+    command = [sys.executable, str(REPO / "launch" / "pretrain_dnmopd.py"), *arguments]
     proc = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=900, preexec_fn=lambda: os.umask(UMASK))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return root / name

@@ -9,7 +9,7 @@ import stat
 import pytest
 from huggingface_hub import ModelCard
 from huggingface_hub.utils import validate_repo_id
-from release_runs import UMASK
+from release_runs import UMASK, pretrain
 
 pytestmark = pytest.mark.slow  # one short trainer run per architecture (shared with the serving tests)
 
@@ -46,6 +46,15 @@ def test_model_card_metadata_is_hub_valid(trainer_run, arch):
     assert row == "| kl | " + " | ".join(f"{metrics[f'kl/{d}']:.4g}" if f"kl/{d}" in metrics else ""
                                          for d in ("math", "code", "ifeval")) + " |"
     assert any(f"kl/{d}" in metrics for d in ("math", "code", "ifeval"))
+
+
+def test_running_a_finished_run_again_keeps_its_release_card(trainer_run):
+    """A finished run started again (its resolved config) resumes at its end, exports the release again and
+    keeps the card's metrics, which come from the last update it logged."""
+    run_dir = trainer_run("qwen3")
+    card = (run_dir / "release" / "README.md").read_text()
+    pretrain(["--config", str(run_dir / "config.yaml")])
+    assert (run_dir / "release" / "README.md").read_text() == card and "| kl |" in card
 
 
 @pytest.mark.parametrize("arch", ARCHS)

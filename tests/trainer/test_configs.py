@@ -5,6 +5,7 @@ architectures, and bad keys fail with file and line. Also the server-map overlay
 import importlib.util
 import math
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,11 @@ ONE_NODE_TRAINING_GPUS = 4  # the paper's placement: the student on GPUs 0-3 of 
 
 def load(*files, overrides=()):
     config = load_config(TrainerConfig, [CONFIGS / f"{f}.yaml" for f in files], overrides)
-    dump_yaml(config)  # the resolved config is written to every run directory
+    with tempfile.TemporaryDirectory() as folder:  # the resolved config of a run directory loads back as itself
+        resolved = Path(folder) / "config.yaml"
+        resolved.write_text(dump_yaml(config))
+        again = load_config(TrainerConfig, resolved)
+        assert again == config and dump_yaml(again) == resolved.read_text()
     return config
 
 

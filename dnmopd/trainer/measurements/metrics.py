@@ -27,12 +27,15 @@ class MetricsLogger:
 
     def __init__(self, config: Config, run_dir: Path, *, enabled: bool = True, resume_step: int = 0):
         self.enabled = enabled
+        self.resumed: dict = {}
         self.path = Path(run_dir) / METRICS_FILE
         self._tensorboard = self._wandb = None
         if not enabled:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        truncate_after(self.path, resume_step)
+        kept = truncate_after(self.path, resume_step)
+        self.resumed = {k: v for k, v in kept[-1].items() if k not in ("step", "time")} if kept else {}
+        """The metrics of the last update before the resume (the release card of a finished run's re-run)."""
         if config.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -85,8 +88,13 @@ def read_metrics(path: Path) -> list[dict]:
     return records
 
 
-def truncate_after(path: Path, step: int) -> None:
-    """Keep only records of updates before `step` (a resumed run re-logs the updates after its checkpoint)."""
+def truncate_after(path: Path, step: int) -> list[dict]:
+    """Keep only records of updates before `step` (a resumed run re-logs the updates after its checkpoint);
+    returns them."""
     if not path.exists():
-        return
-    write_jsonl(path, [r for r in read_metrics(path) if r["step"] < step])
+        return []
+    records = read_metrics(path)
+    kept = [r for r in records if r["step"] < step]
+    if len(kept) < len(records):
+        write_jsonl(path, kept)
+    return kept
