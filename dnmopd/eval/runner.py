@@ -101,11 +101,20 @@ def model_row(name: str, summaries: dict[str, dict]) -> dict:
             "deviations": [f"{s}: {d}" for s, v in summaries.items() for d in v["deviations"]], "suites": summaries}
 
 
+def default_name(model: str | os.PathLike) -> str:
+    """The name of a model's results: its folder's name, or for a trainer release (``<run_dir>/release``)
+    its run's name."""
+    folder = Path(model).resolve()
+    return folder.parent.name if folder.name == "release" and folder.parent.name else folder.name
+
+
 def evaluate(config) -> dict:
-    """``launch/evaluate.py run``: every configured suite, then the table, the JSON summary and the plot."""
-    name = config.name or Path(config.model).name
+    """``launch/evaluate.py run``: every configured suite, then the table, the JSON summary and the plot. A
+    server engine must pass its start-up check (each replica's health route) before anything is planned."""
+    name = config.name or default_name(config.model)
     tokenizer = PromptTokenizer.from_pretrained(config.model)
     engine = config.engine.config.build()
+    engine.check()
     summaries = {}
     for suite in config.suites:
         summaries[suite] = run_suite(
