@@ -87,6 +87,7 @@ def run(args) -> int:
     from dnmopd.eval.config import EvalConfig
     from dnmopd.eval.runner import evaluate
     from dnmopd.rollout.base import RolloutError
+    from dnmopd.serving.errors import ServingError
 
     overrides = [f"model={args.model}"]
     configured = {}
@@ -110,8 +111,8 @@ def run(args) -> int:
     config = load_config(EvalConfig, args.config, overrides + args.set)
     try:
         evaluate(config)
-    except RolloutError as error:  # a server that fails its start-up check: the message names its URL
-        raise SystemExit(f"evaluate.py run: {error}") from None
+    except (RolloutError, ServingError) as error:  # a server that fails its check or its retry budget: the
+        raise SystemExit(f"evaluate.py run: {error}") from None  # message names its URL
     return 0
 
 
