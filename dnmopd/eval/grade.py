@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from dnmopd.eval.graders import Verdict
 from dnmopd.eval.graders.math import CORRECT_VOTE
+from dnmopd.eval.graders.verdict import Verdict
 from dnmopd.io import atomic_write, sha256_file, write_jsonl
 
 

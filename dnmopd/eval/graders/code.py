@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal, InvalidOperation
 
-from dnmopd.eval.graders import GraderError, Verdict, failed
+from dnmopd.eval.graders.errors import GraderError
+from dnmopd.eval.graders.verdict import Verdict, failed
 from dnmopd.eval.protocol import LCB_MEMORY_BYTES, LCB_RUNNER, LCB_TIMEOUT_S, LCB_WORKERS, lcb_deadline_s
 from dnmopd.sandbox import Limits, PythonRuntime, isolation_level, isolation_rank, records, run_python
 

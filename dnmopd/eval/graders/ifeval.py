@@ -33,7 +33,8 @@ from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
-from dnmopd.eval.graders import GraderError, Verdict, failed
+from dnmopd.eval.graders.errors import GraderError
+from dnmopd.eval.graders.verdict import Verdict, failed
 from dnmopd.eval.protocol import IF_GRADING_SEED, IFBENCH_CHECKERS
 
 REVISION = "deterministic-official-v2-20261205"

@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib.metadata import version
 
-from dnmopd.eval.graders import GraderError, Verdict, failed
+from dnmopd.eval.graders.errors import GraderError
+from dnmopd.eval.graders.verdict import Verdict, failed
 from dnmopd.verifiers.math import last_boxed
 
 CORRECT_VOTE = "="
