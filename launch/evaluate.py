@@ -2,13 +2,14 @@
 
     python launch/evaluate.py prepare                          # fetch the pinned sources, build the catalogs
     python launch/evaluate.py prepare --nltk                   # ... and the NLTK data the IF checkers read
-    python launch/evaluate.py prepare --samples --suites ifbench,aime25   # the small catalogs shipped for tests
-    python launch/evaluate.py run --model runs/demo-cpu/release --suites ifbench --limit 4 --n 2 --max-tokens 64
-    python launch/evaluate.py run --model /models/student --config configs/eval/vllm.yaml
+    python launch/evaluate.py prepare --samples --data-dir eval_samples   # offline: the catalogs shipped with dnmopd
+    python launch/evaluate.py run --model runs/demo-cpu/release --data-dir eval_samples \
+        --suites ifbench,aime25,lcb_v5 --limit 2 --n 2 --max-tokens 64       # a CPU-sized run (about a minute)
+    python launch/evaluate.py run --model /models/student --config my_vllm.yaml   # servers (docs/evaluation.md)
     python launch/evaluate.py compare runs/eval/dn_mopd runs/eval/label --cap 16384
 
-`run` generates (resumably), grades (cached) and prints the table; results go to
-<output_dir>/<name>/<suite>/cap<cap>/ (raw/, grades/, records.jsonl, summary.json) and
+`run` checks a server engine's health first, generates (resumably), grades (cached) and prints the table; results
+go to <output_dir>/<name>/<suite>/cap<cap>/ (raw/, grades/, records.jsonl, summary.json) and
 <output_dir>/<name>/summary_cap<cap>.json, the plot to <output_dir>/suites_cap<cap>.png.
 `compare` prints the paired bootstrap of A - B per suite, per domain and for the Total.
 """
@@ -21,6 +22,11 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
+
+SERVER_BACKENDS = ("sglang", "vllm")
+SERVER_RETRY = {"max_attempts": 5, "retry_timeout_s": 60}
+"""The retry budget of a server engine's requests during `run`, unless a config or --set gives one (the pool's
+own defaults, 100 attempts over 600 s, outlast a server restart during training)."""
 
 
 def _suites(text: str) -> list[str]:
@@ -80,6 +86,8 @@ def run(args) -> int:
     from dnmopd.config.loader import load_yaml
     from dnmopd.eval.config import EvalConfig
     from dnmopd.eval.runner import evaluate
+    from dnmopd.rollout.base import RolloutError
+    from dnmopd.serving.errors import ServingError
 
     overrides = [f"model={args.model}"]
     configured = {}
@@ -87,6 +95,12 @@ def run(args) -> int:
         configured.update(load_yaml(path).data)
     if "engine" not in configured and not any(s.startswith("engine") for s in args.set):
         overrides += ["engine.backend=inprocess", f"engine.model_path={args.model}"]
+    engine = configured.get("engine") or {}
+    backend = next((s.split("=", 1)[1] for s in args.set if s.startswith("engine.backend=")), engine.get("backend"))
+    if backend in SERVER_BACKENDS:
+        overrides += [f"engine.pool.{key}={value}" for key, value in SERVER_RETRY.items()
+                      if key not in (engine.get("pool") or {}) and not any(
+                          s.startswith(f"engine.pool.{key}=") for s in args.set)]
     flags = {"name": args.name, "data_dir": args.data_dir, "output_dir": args.output_dir,
              "max_tokens": args.max_tokens, "limit": args.limit, "n": args.n}
     overrides += [f"{key}={value}" for key, value in flags.items() if value is not None]
@@ -95,7 +109,10 @@ def run(args) -> int:
     if args.no_progress:
         overrides.append("progress=false")
     config = load_config(EvalConfig, args.config, overrides + args.set)
-    evaluate(config)
+    try:
+        evaluate(config)
+    except (RolloutError, ServingError) as error:  # a server that fails its check or its retry budget: the
+        raise SystemExit(f"evaluate.py run: {error}") from None  # message names its URL
     return 0
 
 

@@ -35,7 +35,8 @@ class EvalConfig:
     engine: Annotated[Choice, Backend(_engine_config)]
     """Generation engine: {backend: inprocess | vllm | sglang, ...its options} (the rollout backends)."""
     name: str = ""
-    """Model name in records and output folders (default: the model folder's name)."""
+    """Model name in records and output folders (default: the model folder's name; a trainer release,
+    `<run_dir>/release`, is named after its run)."""
     suites: list[str] = field(default_factory=lambda: list(SUITES))
     """Suites to run, any of aime25, aime26, lcb_v5, lcb_v6, ifeval, ifbench, math500."""
     max_tokens: int = 16384

@@ -65,6 +65,11 @@ CHAT_TEMPLATE_SHA256 = {
 }
 """The paper models' chat templates; another template is recorded as a deviation."""
 
+LCB_RUNNER = ("LiveCodeBench/LiveCodeBench", "28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24")
+"""The official runner whose rules LiveCodeBench is graded by (``lcb_runner/evaluation/testing_util.py``, last
+changed at 16de2a1e, 2025-05-23; the revision before it, 15808c76, patches ``sys.stdin`` without ``buffer``)."""
+IFBENCH_CHECKERS = ("allenai/IFBench", "1091c4c3de6c1f6ed12c012ed68f11ea450b0117")
+"""The IFBench checkers of the published results: the commit the benchmark's test file is pinned at."""
 LCB_TIMEOUT_S = 6
 """Per test; the global deadline of one answer is (timeout + 1) * tests + 5 seconds."""
 LCB_MEMORY_BYTES = 8 << 30

@@ -34,9 +34,25 @@ def summary_table(rows: Sequence[dict], *, cap: int) -> Table:
     return table
 
 
+def measures_table(row: dict) -> Table:
+    """One model's suites with the measures beside avg@n: IF loose accuracy, math pass@k and cons@n, and the
+    answers whose grading failed."""
+    table = Table(title=f"{row['name']}: beside avg@n")
+    for column in ("suite", "avg@n", "loose", "pass@k", "cons@n", "eval failures"):
+        table.add_column(column, justify="left" if column == "suite" else "right")
+    for suite, summary in row["suites"].items():
+        passes = summary.get("pass_at_k") or {}
+        table.add_row(LABELS.get(suite, suite), _cell(summary["score"]), _cell(summary.get("score_loose")),
+                      ", ".join(f"@{k} {v:.2f}" for k, v in passes.items()) or "-",
+                      _cell(summary.get("cons_at_n")), str(summary.get("eval_failures", 0)))
+    return table
+
+
 def print_summary(rows: Sequence[dict], *, cap: int, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(rows, cap=cap))
+    for r in rows:
+        console.print(measures_table(r))
     for r in rows:
         if r["deviations"]:
             console.print(f"[yellow]{r['name']}: not the paper's protocol ({'; '.join(r['deviations'])}): "
@@ -67,7 +83,7 @@ def plot_suites(rows: Sequence[dict], path: Path, *, cap: int) -> Path:
     ax.set_title(f"Suites by model, cap {cap}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    with atomic_write(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=120)
     plt.close(fig)
     return path

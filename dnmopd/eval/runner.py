@@ -101,21 +101,33 @@ def model_row(name: str, summaries: dict[str, dict]) -> dict:
             "deviations": [f"{s}: {d}" for s, v in summaries.items() for d in v["deviations"]], "suites": summaries}
 
 
+def default_name(model: str | os.PathLike) -> str:
+    """The name of a model's results: its folder's name, or for a trainer release (``<run_dir>/release``)
+    its run's name."""
+    folder = Path(model).resolve()
+    return folder.parent.name if folder.name == "release" and folder.parent.name else folder.name
+
+
 def evaluate(config) -> dict:
-    """``launch/evaluate.py run``: every configured suite, then the table, the JSON summary and the plot."""
-    name = config.name or Path(config.model).name
+    """``launch/evaluate.py run``: every configured suite, then the table, the JSON summary and the plot. A
+    server engine must pass its start-up check (each replica's health route) before anything is planned."""
+    name = config.name or default_name(config.model)
     tokenizer = PromptTokenizer.from_pretrained(config.model)
     engine = config.engine.config.build()
     summaries = {}
-    for suite in config.suites:
-        summaries[suite] = run_suite(
-            engine, tokenizer, suite, name=name, model=config.model, engine_name=config.engine.backend,
-            data_dir=config.data_dir, output_dir=config.output_dir, cap=config.max_tokens, n=config.n,
-            limit=config.limit, code_options={"timeout_s": config.code.timeout_s,
-                                              "memory_bytes": config.code.memory_bytes,
-                                              "workers": config.code.workers,
-                                              "min_isolation": config.code.min_isolation},
-            progress=config.progress)
+    try:
+        engine.check()
+        for suite in config.suites:
+            summaries[suite] = run_suite(
+                engine, tokenizer, suite, name=name, model=config.model, engine_name=config.engine.backend,
+                data_dir=config.data_dir, output_dir=config.output_dir, cap=config.max_tokens, n=config.n,
+                limit=config.limit, code_options={"timeout_s": config.code.timeout_s,
+                                                  "memory_bytes": config.code.memory_bytes,
+                                                  "workers": config.code.workers,
+                                                  "min_isolation": config.code.min_isolation},
+                progress=config.progress)
+    finally:
+        engine.close()
     row = model_row(name, summaries)
     write_json(config.output_dir / name / f"summary_cap{config.max_tokens}.json", row)
     rows = collect_models(config.output_dir, config.max_tokens)

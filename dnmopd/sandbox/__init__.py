@@ -3,8 +3,9 @@
 
 - :func:`run` runs one command under :class:`Limits` and returns a :class:`SandboxResult` (exit status,
   signal, which limit fired, CPU and wall time, peak memory, stdout/stderr cut at the output limit).
-- :func:`run_python` runs a Python program (in the minimal view of :class:`PythonRuntime`) as a script, by
-  calling one of its functions, or as the paper's judge did; :func:`records` reads the per-test results.
+- :func:`run_python` runs a Python program (in the minimal view of :class:`PythonRuntime`) as a script, by calling
+  one of its functions, as the paper's judge did, or as LiveCodeBench's official runner does; :func:`records` reads
+  the per-test results.
 - :func:`isolation_level` / :func:`probe` tell which isolation this machine gives (``ISOLATION_LEVELS``).
 
 :class:`SandboxError` means the program could not be run at all; :class:`SandboxNotInstalledError` that

@@ -2,8 +2,8 @@
 standard library only, it runs on the bare interpreter of the minimal view).
 
 ``python -I -S -B -X utf8 harness.pyc request.json`` with ``request.json`` = ``{"entry", "prelude", "packages",
-"fn_name", "tests", "output_bytes"}``; the program is ``solution.py``. The ``entry`` says how the program is
-entered and judged:
+"fn_name", "tests", "output_bytes", "timeout_s"}``; the program is ``solution.py``. The ``entry`` says how the
+program is entered and judged:
 
 - ``script``: the program runs as ``__main__`` on the real stdin and stdout (one test per run).
 - ``call``: its function ``fn_name`` (``Solution().fn_name`` when it defines ``class Solution``) is called
@@ -13,9 +13,13 @@ entered and judged:
   process under a 5 s alarm; with ``fn_name`` the function is called (``tests`` are argument lists), without
   it the program is rewritten into a function ``code()`` and called with stdin and ``open`` patched as the
   reference patches them (``tests`` are input texts) and its printed output captured.
+- ``lcb``: LiveCodeBench's official runner (``lcb_runner``'s ``run_test``, pinned in the section of that name
+  below): every test in the same process under a ``timeout_s`` alarm, argument lists with ``fn_name`` (no
+  key conversion), input texts without it (the program rewritten into ``wrapped_function()``, stdin and
+  ``open`` patched as the official runner patches them, the printed output captured).
 
-With the ``call`` and ``paper`` entries this process (the trusted half, which never runs program code) forks the
-child that runs the program. The child reports each result over a pipe in frames that carry a per-run
+With the ``call``, ``paper`` and ``lcb`` entries this process (the trusted half, which never runs program code)
+forks the child that runs the program. The child reports each result over a pipe in frames that carry a per-run
 secret drawn before the fork, and this process writes a line ``<test> <kind> <JSON>`` per frame to stdout,
 which the child cannot reach: its stdin and stdout are /dev/null and the sandbox's stdout is a socket, which
 /proc cannot reopen. Kinds: ``value`` (a return value, see ``value_encoder``), ``stdout`` (captured output),
@@ -393,6 +397,204 @@ class _Packages:
         return importlib.util.spec_from_file_location(name, location)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# entry "lcb": LiveCodeBench's official runner, lcb_runner/evaluation/testing_util.py (``run_test``) at
+# LiveCodeBench/LiveCodeBench@28fef95ea8c9f7a547c8329f2cd3d32b92c1fa24, re-stated here (see docs/evaluation.md).
+
+LCB_PRELUDE = PRELUDE.rsplit("sys.setrecursionlimit", 1)[0] + "sys.setrecursionlimit(50000)\n"
+"""The official import block: the reference judge's imports with a recursion limit of 50,000."""
+
+LCB_INT_DIGITS = 50000
+"""``sys.set_int_max_str_digits`` of the official grading process (``compute_code_generation_metrics``)."""
+
+
+class TimeoutException(Exception):  # noqa: N818 - the official name, which a program may catch or print
+    """Raised by the per-test alarm, as the official runner's alarm handler does."""
+
+
+def _lcb_alarm(signum, frame):
+    print("timeout occured: alarm went off")  # the official handler's words, into the captured output
+    raise TimeoutException
+
+
+def lcb_stdin_program(source):
+    """The official rewrite of a standard-input program: a last top-level ``if __name__ == '__main__':`` is
+    replaced by its body; then the top-level imports stay at module level after ``LCB_PRELUDE`` and every
+    other top-level statement becomes the body of ``wrapped_function()``. Source that does not parse is
+    returned as it is (and then fails to compile)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+        if isinstance(tree.body[-1], ast.If) and \
+                ast.unparse(tree.body[-1].test).strip() == "__name__ == '__main__'":
+            source = ast.unparse(tree.body[:-1]) + "\n" + ast.unparse(tree.body[-1].body)
+    except Exception:  # noqa: BLE001 - the official rewrite keeps the program then
+        pass
+    try:
+        tree = ast.parse(source)
+        imports = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+        others = [node for node in tree.body if not isinstance(node, (ast.Import, ast.ImportFrom))]
+        extra = {"type_params": []} if sys.version_info >= (3, 12) else {}  # as Python 3.11 builds it
+        wrapped = ast.FunctionDef(name="wrapped_function", args=ast.arguments(
+            posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]), body=others, decorator_list=[],
+            lineno=-1, **extra)
+        return LCB_PRELUDE + "\n" + ast.unparse(imports) + "\n" + ast.unparse(wrapped)
+    except Exception:  # noqa: BLE001
+        return source
+
+
+class _LcbStdin:
+    """What ``sys.stdin`` is during an official standard-input test: ``read()`` and ``readlines()`` give the
+    whole input (lines without their newlines), ``readline()`` and ``input()`` read it line by line,
+    ``buffer.read()`` gives its bytes and ``buffer.readline()`` always its first line; other attributes
+    are a ``StringIO``'s; it is not iterable."""
+
+    def __init__(self, text):
+        self._text, self._lines = text, io.StringIO(text)
+        self.buffer = _LcbStdinBuffer(text.encode("utf-8"))
+
+    def read(self, *args):
+        return self._text
+
+    def readline(self, *args):
+        return self._lines.readline(*args)
+
+    def readlines(self, *args):
+        return self._text.split("\n")
+
+    def __getattr__(self, name):
+        return getattr(self._lines, name)
+
+
+class _LcbStdinBuffer:
+    def __init__(self, data):
+        self._data = data
+
+    def read(self, *args):
+        return self._data
+
+    def readline(self, *args):
+        return self._data.split(b"\n")[0] + b"\n"
+
+
+def _lcb_call_stdin(method, text):
+    """Calls ``wrapped_function`` as the official runner does: ``open`` is a mock file of the input;
+    ``read``/``readline``/``readlines`` of the process's own stdin object (which ``from sys import *``
+    bound before) are patched over (``readline`` yields the input's lines without newlines); ``sys.stdin`` is
+    an ``_LcbStdin``; SystemExit ends the test quietly."""
+    from contextlib import ExitStack
+    from unittest.mock import mock_open, patch
+
+    lines = iter(text.split("\n"))
+    with ExitStack() as patches:
+        patches.enter_context(patch.object(sys.stdin, "read", lambda *args: text))
+        patches.enter_context(patch.object(sys.stdin, "readlines", lambda *args: text.split("\n")))
+        patches.enter_context(patch.object(sys.stdin, "readline", lambda *args: next(lines)))
+        patches.enter_context(patch("sys.stdin", _LcbStdin(text)))
+        patches.enter_context(patch("builtins.open", mock_open(read_data=text)))
+        try:
+            method()
+        except SystemExit:
+            pass
+
+
+def _lcb_guard():
+    """The official ``reliability_guard()`` (no memory limit): ``quit`` and ``help`` become None while
+    ``exit`` stays (it raises SystemExit, as the site module's does), destructive ``os``/``shutil``
+    functions and ``subprocess.Popen`` become None, some modules cannot be imported."""
+    import builtins
+    import faulthandler
+    import shutil
+    import subprocess
+
+    class _Exit:
+        def __repr__(self):
+            return "Use exit() or Ctrl-D (i.e. EOF) to exit"
+
+        def __call__(self, code=None):
+            try:
+                sys.stdin.close()
+            except Exception:  # noqa: BLE001 - as the site module's exit
+                pass
+            raise SystemExit(code)
+
+    faulthandler.disable()
+    builtins.exit, builtins.quit, builtins.help = _Exit(), None, None
+    os.environ["OMP_NUM_THREADS"] = "1"
+    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
+                 "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown",
+                 "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
+        setattr(os, name, None)
+    shutil.rmtree = shutil.move = shutil.chown = None
+    subprocess.Popen = None
+    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
+        sys.modules[name] = None
+
+
+def _lcb_plain(value):
+    """A numpy scalar as the Python scalar it compares equal to (the official runner compares the object)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.generic):
+        return value.item()
+    return value
+
+
+def _lcb_child(request, source, send_value, send_text):
+    """Runs every test in this process as the official runner does (the untrusted half); never returns.
+    Functional: the import block and the program form module ``tmp_sol`` (``Solution()`` is built when the
+    source contains ``class Solution``), the function is called with each test's argument list. Standard
+    input: ``lcb_stdin_program``'s ``wrapped_function()`` is called per test with stdin patched
+    (``_lcb_call_stdin``) and ``sys.stdout`` captured. Each test (and the module's execution) runs under a
+    ``timeout_s`` alarm; the first exception ends the run."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    import signal
+    import unittest.mock  # noqa: F401 - needs modules the guard removes
+
+    fn_name, timeout, index = request["fn_name"], request["timeout_s"], 0
+    try:
+        import numpy  # noqa: F401 - the official process has imported it
+    except ImportError:
+        pass
+    sys.set_int_max_str_digits(LCB_INT_DIGITS)
+    signal.signal(signal.SIGALRM, _lcb_alarm)
+    try:
+        _lcb_guard()
+        code = LCB_PRELUDE + "\n\n" + source if fn_name else lcb_stdin_program(source)
+        module = types.ModuleType("tmp_sol", "")
+        sys.modules["__main__"] = module  # the harness is nobody's to import
+        signal.alarm(timeout)
+        exec(compile(code, "solution.py", "exec"), module.__dict__)
+        holder = module.Solution() if "class Solution" in code else module
+        signal.alarm(0)
+        method = getattr(holder, fn_name or "wrapped_function")
+        for index, test in enumerate(request["tests"]):
+            if fn_name:
+                signal.alarm(timeout)
+                value = method(*test)
+                signal.alarm(0)
+                send_value(index, _lcb_plain(value))
+                continue
+            captured, saved = io.StringIO(), sys.stdout
+            captured.close = lambda x: 1  # the official capture cannot be closed (close() itself fails)
+            sys.stdout = captured
+            try:
+                signal.alarm(timeout)
+                _lcb_call_stdin(method, test)
+            finally:
+                signal.alarm(0)
+                sys.stdout = saved
+            send_text(index, 2, captured.getvalue())
+    except BaseException as error:  # noqa: BLE001 - the program's error ends its run, as in the official runner
+        signal.alarm(0)
+        send_text(index, 3, f"{type(error).__name__}: {error}"[-2000:])
+        os._exit(1)
+    os._exit(0)
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as f:
         request = json.load(f)
@@ -409,7 +611,8 @@ def main():
     child = os.fork()
     if child == 0:
         os.close(read_fd)
-        _child(request, source, *_reporter(write_fd, secret, cap))
+        run = _lcb_child if request["entry"] == "lcb" else _child
+        run(request, source, *_reporter(write_fd, secret, cap))
     os.close(write_fd)
     _end_as(_relay(read_fd, secret, request["tests"], cap, child))
 

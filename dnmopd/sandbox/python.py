@@ -7,7 +7,7 @@ loader's cache, ``/etc/localtime``; optionally some installed distributions (``p
 name while the directory they live in stays hidden. No project package or its data is in view.
 
 :func:`run_python` runs a program through the harness (``dnmopd/sandbox/harness.py``): as a script on stdin,
-or, with the call and paper entries, in a child of the harness that reports each test's result over a channel
+or, with the call, paper and lcb entries, in a child of the harness that reports each test's result over a channel
 the program cannot write (see the harness); :func:`records` reads those results back.
 """
 
@@ -129,22 +129,26 @@ def _libraries(binaries: list[str]) -> set[str]:
 
 def run_python(source: str, *, entry: str = "script", stdin: str = "", tests: list | None = None,
                fn_name: str | None = None, limits: Limits = DEFAULT_LIMITS, runtime: PythonRuntime | None = None,
-               prelude: bool = True, isolation: str = "auto") -> SandboxResult:
+               prelude: bool = True, isolation: str = "auto", test_timeout_s: int | None = None) -> SandboxResult:
     """Run ``source`` in the sandbox through the harness.
 
     ``entry`` is how the program is entered and judged. ``entry="script"``: as ``__main__`` reading ``stdin``.
     ``entry="call"``: its function ``fn_name`` is called with each argument list of ``tests``.
     ``entry="paper"``: as the paper's judge runs it, all ``tests`` in one process (argument lists with
-    ``fn_name``, input texts without). With the call and paper entries the results are :func:`records` of the
-    returned :class:`SandboxResult`. ``prelude`` executes ``PRELUDE`` first.
+    ``fn_name``, input texts without). ``entry="lcb"``: as LiveCodeBench's official runner, all ``tests`` in one
+    process under a ``test_timeout_s`` alarm each (argument lists with ``fn_name``, input texts without; the
+    official rules are in the harness). With the call, paper and lcb entries the results are :func:`records` of
+    the returned :class:`SandboxResult`. ``prelude`` executes ``PRELUDE`` first (not with lcb, which has its own).
     """
-    if entry not in ("script", "call", "paper"):
-        raise ValueError(f"run_python: unknown entry {entry!r} (script, call or paper)")
+    if entry not in ("script", "call", "paper", "lcb"):
+        raise ValueError(f"run_python: unknown entry {entry!r} (script, call, paper or lcb)")
     if entry == "call" and not fn_name:
         raise ValueError("run_python: entry='call' needs fn_name")
+    if (entry == "lcb") != (test_timeout_s is not None) or (test_timeout_s is not None and test_timeout_s < 1):
+        raise ValueError("run_python: entry='lcb' needs test_timeout_s (whole seconds >= 1), the others take none")
     runtime = runtime or PythonRuntime.of()
     request = {"entry": entry, "prelude": prelude, "fn_name": fn_name, "tests": tests or [],
-               "packages": dict(runtime.packages), "output_bytes": limits.output_bytes}
+               "packages": dict(runtime.packages), "output_bytes": limits.output_bytes, "timeout_s": test_timeout_s}
     files = {"harness.pyc": runtime.harness, "solution.py": _source_bytes(source), "request.json": json.dumps(request)}
     command = [runtime.executable, "-I", "-S", "-B", "-X", "utf8", "harness.pyc", "request.json"]
     env = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -1,8 +1,10 @@
-"""LiveCodeBench grading in the sandbox: extraction, official comparisons, hostile programs."""
+"""LiveCodeBench grading in the sandbox: extraction, the official runner's rules, hostile programs."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from lcb_official_cases import CASES, REVISION_15808C76
 
 from dnmopd.eval.graders.code import LCBGrader, extract_code, stdout_matches
 
@@ -16,7 +18,27 @@ def fenced(program):
 
 @pytest.fixture(scope="module")
 def grader(catalogs):
-    return LCBGrader(catalogs["lcb_v5"], memory_bytes=512 << 20, workers=2)
+    return LCBGrader(catalogs["lcb_v5"], memory_bytes=2 << 30, workers=2)
+
+
+def test_verdicts_equal_the_official_runner(grader):
+    """Every crafted program gets the official runner's verdict at the pinned commit (lcb_official_cases)."""
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda case: grader.verdict(case[2], fenced(case[1])), CASES))
+    wrong = [(name, v.correct, v.error) for (name, _, _, official), v in zip(CASES, got, strict=True)
+             if v.correct != official]
+    assert not wrong
+    assert REVISION_15808C76 <= {name for name, *_ in CASES}
+
+
+def test_numpy_is_importable_while_network_and_writes_stay_denied(grader):
+    program = ("import numpy, os, socket\n"
+               "try:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n    print('network')\n"
+               "except OSError:\n    pass\n"
+               "try:\n    open(os.path.join(os.path.dirname(numpy.__file__), 'x'), 'w')\n    print('wrote')\n"
+               "except OSError:\n    pass\n"
+               "print(numpy.int64(input()) * 2)")
+    assert grader.passes({"inputs": ["21\n"], "outputs": ["42\n"], "fn_name": None}, fenced(program))
 
 
 def test_extraction_takes_the_last_fenced_block():
@@ -56,7 +78,7 @@ def test_shipped_catalog_tests_are_all_run(grader, catalogs):
     assert tests["inputs"] == ["1 2\n", "-5 5\n", "100 23\n"]  # the public test, then the private ones
     right = fenced("a, b = map(int, input().split())\nprint(a + b)")
     wrong_on_a_private_test = fenced("a, b = map(int, input().split())\nprint(a + b if a < 50 else 0)")
-    assert grader.grade(question, [right, wrong_on_a_private_test]) == [True, False]
+    assert [v.correct for v in grader.grade(question, [right, wrong_on_a_private_test])] == [True, False]
 
 
 def test_memory_bomb_fails_and_the_grader_goes_on(grader):

@@ -35,14 +35,19 @@ def test_every_suite_writes_records_and_a_summary(evaluated):
         records = [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines()]
         assert len(records) == 2
         for record in records:
-            assert list(record) == ["id", "input_sha256", "n", "correct", "mean_tokens", "cap_hits"]
+            extra = {"ifeval": ["loose"], "ifbench": ["loose"], "aime25": ["consensus"], "aime26": ["consensus"],
+                     "math500": ["consensus"]}.get(suite, [])
+            assert list(record) == ["id", "input_sha256", "n", "correct", "mean_tokens", "cap_hits", *extra, "errors"]
+            assert record["errors"] == []
             assert record["n"] == 2 and set(record["correct"]) <= {"0", "1"} and len(record["correct"]) == 2
             assert 0 < record["mean_tokens"] <= 16 and 0 <= record["cap_hits"] <= 2
         raw = json.loads((folder / "raw" / "0000.json").read_text())
         assert [r["id"] for r in raw] == [r["id"] for r in records]
         assert record["cap_hits"] == sum(reason == "length" for reason in raw[-1]["finish_reasons"])
         summary = json.loads((folder / "summary.json").read_text())
-        assert summary["questions"] == 2 and summary["deviations"]
+        assert summary["questions"] == 2 and summary["deviations"] and summary["eval_failures"] == 0
+        assert ("score_loose" in summary) == (suite in ("ifeval", "ifbench"))
+        assert ("cons_at_n" in summary) == ("pass_at_k" in summary) == (suite in ("aime25", "aime26", "math500"))
     model = json.loads((out / "student" / "summary_cap16.json").read_text())
     assert model["levels"]["total"] is not None and model["levels"]["math500"] is not None
     assert (out / "suites_cap16.png").stat().st_size > 0
@@ -55,6 +60,30 @@ def test_the_table_is_printed(student, sample_data, tmp_path, capsys):
                  "--suites", "ifbench", "--limit", "3", "--n", "2", "--max-tokens", "8", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "IFBench" in out and "student" in out and "not the paper's protocol" in out
+    assert "beside avg@n" in out and "loose" in out
+
+
+def test_a_trainer_release_is_named_after_its_run(tmp_path):
+    from dnmopd.eval.runner import default_name
+
+    assert default_name(tmp_path / "dn_mopd_9b" / "release") == "dn_mopd_9b"
+    assert default_name(tmp_path / "models" / "Qwen3.5-4B") == "Qwen3.5-4B"
+
+
+def test_a_dead_server_fails_in_seconds_naming_its_url(student, sample_data, tmp_path):
+    """The start-up health check runs before anything is planned (the pool would retry for minutes)."""
+    import time
+
+    from launch_evaluate import main
+
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match="http://127.0.0.1:9 failed its check"):
+        main(["run", "--model", str(student), "--data-dir", str(sample_data), "--output-dir", str(tmp_path),
+              "--suites", "ifbench", "--limit", "1", "--n", "1", "--max-tokens", "4", "--no-progress",
+              "--set", "engine.backend=sglang", "--set", f"engine.model_path={student}",
+              "--set", "engine.pool.urls=[http://127.0.0.1:9]", "--set", f"engine.update_dir={tmp_path / 'u'}"])
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "student").exists()
 
 
 def test_resume_reuses_chunks_and_grades(evaluated, student, sample_data):

@@ -1,40 +1,58 @@
-"""IFEval and IFBench: strict prompt-level accuracy with the official instruction checkers.
+"""IFEval and IFBench: strict and loose prompt-level accuracy with the official instruction checkers.
 
-The checkers are those ``if-verifiable`` packages (Google's IFEval registry and AllenAI's IFBench registry,
-with light dependencies); the loop around them is the official ``test_instruction_following_strict``: a
-fresh checker per instruction, ``build_description(**kwargs)`` then again with the prompt when the checker
-takes one, and an instruction is followed iff the response is not blank and ``check_following`` holds. An
-answer is correct iff it follows every instruction of its prompt.
+The checkers: IFEval's are Google's registry as ``if-verifiable`` packages it (identical ``check_following``
+to lm-eval's copy); IFBench's are those of the published results, ``ifbench_pinned.pinned_registry``
+(allenai/IFBench at ``protocol.IFBENCH_CHECKERS``, if-verifiable's classes where that revision did not change
+them). The loop around them is the official one (``evaluation_lib``): a fresh checker per instruction,
+``build_description(**kwargs)`` then again with the prompt when the checker takes one. Strict: an instruction
+is followed iff the response is not blank and ``check_following`` holds. Loose (the official upper bound):
+iff one of eight variants holds, the response, it without its first line, without its last line, without
+both (those stripped), and each of the four with every ``*`` deleted, blank variants skipped. An answer is
+correct iff it follows every instruction of its prompt (strict; ``Verdict.loose`` the same with loose).
 
 Determinism (revision ``deterministic-official-v1-20260918``): some ``build_description`` paths draw a
 missing argument from ``random`` (IFEval's non-letter ``letter`` arguments '#' and '!'), and langdetect
 seeds itself per call, so every answer is checked under ``random.seed(0)`` (the caller's state restored
-afterwards) with ``DetectorFactory.seed = 0``. An instruction id the registry does not implement, and any
-exception a checker raises, stop grading (``GraderError``): they are never scored.
+afterwards) with ``DetectorFactory.seed = 0``; the loose checks reuse the strict checker (the official loop
+builds a second one, which draws again).
 
-NLTK data (sentence splitting, stop words, part-of-speech tags) is read from ``nltk_data`` (``prepare
---nltk`` fetches it) and never downloaded while grading: ``if_verifiable``'s IFBench module would download
-it at import time, which is prevented here, and a checker that needs a missing resource stops grading
-with the name of the resource.
+A checker that raises on an answer scores that answer wrong, strict and loose, with the error in its
+`Verdict` (counted in ``eval_failures``); grading goes on. An instruction id the registry does not implement
+stops grading (``GraderError``) before anything is generated, and so does missing NLTK data: the checkers read
+sentence splitting (``punkt_tab``), stop words and (``words:start_verb``) part-of-speech tags from
+``nltk_data`` (``prepare --nltk`` fetches them), never downloading while grading (``if_verifiable``'s IFBench
+module would download at import time, which is prevented here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import random
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
 from dnmopd.eval.graders.errors import GraderError
-from dnmopd.eval.protocol import IF_GRADING_SEED
+from dnmopd.eval.graders.verdict import Verdict, failed
+from dnmopd.eval.protocol import IF_GRADING_SEED, IFBENCH_CHECKERS
 
-REVISION = "deterministic-official-v1-20260918"
+REVISION = "deterministic-official-v2-20261205"
 NLTK_RESOURCES = ("tokenizers/punkt_tab", "corpora/stopwords", "taggers/averaged_perceptron_tagger_eng")
 """What the checkers read; ``prepare --nltk`` fetches exactly these."""
-_REGISTRIES = {"ifeval": "if_verifiable.ifeval.instructions_registry",
-               "ifbench": "if_verifiable.ifbench.instructions_registry"}
+NLTK_NEEDS = {
+    "tokenizers/punkt_tab": {
+        "ifeval": ("change_case:capital_word_frequency", "length_constraints:number_sentences"),
+        "ifbench": ("count:pronouns", "custom:sentence_alphabet", "format:emoji", "format:no_bullets_bullets",
+                    "format:title_case", "ratio:sentence_balance", "ratio:sentence_type", "ratio:sentence_words",
+                    "sentence:alliteration_increment", "sentence:increment", "sentence:keyword",
+                    "words:keywords_specific_position", "words:last_first", "words:start_verb",
+                    "words:words_position")},
+    "corpora/stopwords": {"ifbench": ("ratio:stop_words",)},
+    "taggers/averaged_perceptron_tagger_eng": {"ifbench": ("words:start_verb",)},
+}
+"""Resource -> suite -> the instructions whose checkers read it (found by running each checker of the two
+registries without it); `IFGrader.check_coverage` requires them for the questions it is given."""
 
 
 @contextlib.contextmanager
@@ -64,7 +82,8 @@ def seeded_random(seed: int) -> Iterator[None]:
 
 
 def registry(suite: str, nltk_data: str | Path | None = None) -> dict:
-    """The official instruction registry of ``ifeval`` or ``ifbench``, imported without network access."""
+    """The instruction registry of ``ifeval`` or ``ifbench`` (see the module docstring), imported without
+    network access."""
     import nltk
     from langdetect import DetectorFactory
 
@@ -72,7 +91,39 @@ def registry(suite: str, nltk_data: str | Path | None = None) -> dict:
         nltk.data.path.insert(0, str(nltk_data))
     DetectorFactory.seed = IF_GRADING_SEED
     with _no_downloads():
-        return importlib.import_module(_REGISTRIES[suite]).INSTRUCTION_DICT
+        if suite == "ifeval":
+            from if_verifiable.ifeval.instructions_registry import INSTRUCTION_DICT
+
+            return INSTRUCTION_DICT
+        from dnmopd.eval.graders.ifbench_pinned import pinned_registry
+
+        return pinned_registry()
+
+
+def missing_nltk(suite: str, instruction_ids) -> dict[str, list[str]]:
+    """NLTK resource -> the instructions among ``instruction_ids`` that need it, for resources not installed."""
+    import nltk
+
+    missing = {}
+    for resource, suites in NLTK_NEEDS.items():
+        needing = sorted(set(instruction_ids) & set(suites.get(suite, ())))
+        if needing:
+            try:
+                nltk.data.find(resource)
+            except LookupError:
+                missing[resource] = needing
+    return missing
+
+
+def loose_variants(response: str) -> list[str]:
+    """The official loose rule's eight readings of a response."""
+    lines = response.split("\n")
+    cut = ["\n".join(lines[1:]).strip(), "\n".join(lines[:-1]).strip(), "\n".join(lines[1:-1]).strip()]
+    return [response, response.replace("*", ""), *cut, *(text.replace("*", "") for text in cut)]
+
+
+class CheckerFailed(Exception):
+    """A checker raised on an answer (the exception is its ``__cause__``)."""
 
 
 def letter_fallback_ids(rows: Sequence[dict]) -> list[str]:
@@ -84,41 +135,69 @@ def letter_fallback_ids(rows: Sequence[dict]) -> list[str]:
 
 
 class IFGrader:
+    measures = ("loose",)
+
     def __init__(self, suite: str, *, nltk_data: str | Path | None = None):
-        if suite not in _REGISTRIES:
+        if suite not in ("ifeval", "ifbench"):
             raise ValueError(f"IFGrader: suite must be ifeval or ifbench, got {suite!r}")
         self.suite = suite
         self.registry = registry(suite, nltk_data)
-        self.revision = f"{REVISION}+if-verifiable=={version('if-verifiable')}"
+        pinned = f"+allenai-IFBench@{IFBENCH_CHECKERS[1][:8]}" if suite == "ifbench" else ""
+        self.revision = f"{REVISION}+if-verifiable=={version('if-verifiable')}{pinned}"
 
     def check_coverage(self, rows: Sequence[dict]) -> None:
-        """Every instruction of every question must be implemented, else grading does not start."""
+        """Every instruction of every question must be implemented and its NLTK data installed, else grading
+        does not start."""
         missing = sorted({f"{row['id']}: {iid}" for row in rows for iid in row["instruction_id_list"]
                           if iid not in self.registry})
         if missing:
             raise GraderError(f"{self.suite}: instructions the official registry does not implement: "
                               f"{'; '.join(missing[:10])}")
+        lacking = missing_nltk(self.suite, {iid for row in rows for iid in row["instruction_id_list"]})
+        if lacking:
+            raise GraderError(f"{self.suite}: NLTK data not installed: " + "; ".join(
+                f"{resource} (read by {', '.join(ids)})" for resource, ids in lacking.items())
+                + ". Run `python launch/evaluate.py prepare --nltk` where NLTK's server is reachable "
+                  "(docs/evaluation.md: no package ships averaged_perceptron_tagger_eng, so words:start_verb "
+                  "is unavailable without it)")
 
-    def follows(self, row: dict, response: str) -> list[bool]:
-        """Per instruction of ``row``: does ``response`` follow it (strict)?"""
+    def follows(self, row: dict, response: str) -> tuple[list[bool], list[bool]]:
+        """Per instruction of ``row``: does ``response`` follow it, strict and loose? A checker's exception
+        is raised as `CheckerFailed` (naming its instruction) from it; missing NLTK data as `GraderError`."""
         self.check_coverage([row])
-        verdicts = []
-        with seeded_random(IF_GRADING_SEED):
+        strict, loose = [], []
+        with seeded_random(IF_GRADING_SEED), self._splitter():
             for iid, kwargs in zip(row["instruction_id_list"], row["kwargs"], strict=True):
-                checker = self.registry[iid](iid)
                 try:
+                    checker = self.registry[iid](iid)
                     checker.build_description(**kwargs)
                     args = checker.get_instruction_args()
                     if args and "prompt" in args:
                         checker.build_description(prompt=row["prompt"])
-                    verdicts.append(bool(response.strip() and checker.check_following(response)))
-                except LookupError as exc:
-                    raise GraderError(f"{row['id']}: instruction {iid} needs NLTK data that is not installed "
-                                      f"(run `python launch/evaluate.py prepare --nltk`): {exc}") from exc
-                except Exception as exc:
-                    raise GraderError(f"{row['id']}: the checker of {iid} raised {type(exc).__name__}: {exc}") \
-                        from exc
-        return verdicts
+                    strict.append(bool(response.strip() and checker.check_following(response)))
+                    loose.append(strict[-1] or any(text.strip() and checker.check_following(text)
+                                                   for text in loose_variants(response)[1:]))
+                except Exception as error:
+                    if type(error) is LookupError and "nltk" in str(error).lower():  # not KeyError/IndexError
+                        raise GraderError(f"{row['id']}: the checker of {iid} needs NLTK data that is not "
+                                          f"installed (run `python launch/evaluate.py prepare --nltk`): "
+                                          f"{error}") from error
+                    raise CheckerFailed(f"{row['id']}: the checker of {iid}") from error
+        return strict, loose
 
-    def grade(self, row: dict, responses: Sequence[str]) -> list[bool]:
-        return [all(self.follows(row, response)) for response in responses]
+    def _splitter(self):
+        if self.suite == "ifbench":
+            from dnmopd.eval.graders.ifbench_pinned import pinned_sentences
+
+            return pinned_sentences()
+        return contextlib.nullcontext()
+
+    def verdict(self, row: dict, response: str) -> Verdict:
+        try:
+            strict, loose = self.follows(row, response)
+        except CheckerFailed as failure:  # the answer's failure, not the grader's: it is wrong, grading goes on
+            return replace(failed(failure.__cause__, str(failure)), loose=False)
+        return Verdict(all(strict), loose=all(loose))
+
+    def grade(self, row: dict, responses: Sequence[str]) -> list[Verdict]:
+        return [self.verdict(row, response) for response in responses]
