@@ -4,6 +4,7 @@ slow, memory-hungry and non-compiling programs on the sample code tasks, in the 
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import threading
@@ -275,6 +276,10 @@ def test_the_queue_is_bounded():
 
 
 
+def _constant(value, _given):
+    return value
+
+
 def _paper_reference(label: dict, run) -> bool:
     """The paper's judge on a label (reference-behavior 5.5 and 6.3), for programs whose behaviour ``run``
     gives in this process: list-valued fields rewritten into JSON text, call arguments and expected values read
@@ -304,13 +309,13 @@ def test_the_paper_rules_read_label_shapes_as_the_papers_judge(paper_judge):
     stdin_programs = {  # source -> what it prints for an input text
         "print(input())": lambda text: text.split("\n")[0] + "\n",
         "import sys\nprint(sys.stdin.read())": lambda text: text + "\n",
-        **{f"print({text!r})": (lambda text: lambda _: text + "\n")(text)
+        **{f"print({text!r})": functools.partial(_constant, text + "\n")
            for text in ("a", '"a"', '["a", "b"]', "a\nb", "[]", '"a\\nb"')},
     }
     call_inputs = [[1], [[1, 2]], [1, "x"], "1\n2", "[1, 2]"]
     call_outputs = [[[1, 2]], [1], [], [1, 2], "[1, 2]", "1", [[1]], [None]]
     call_programs = {  # source -> what it returns for an argument list
-        **{f"def f(*args):\n    return {value!r}": (lambda value: lambda _: value)(value)
+        **{f"def f(*args):\n    return {value!r}": functools.partial(_constant, value)
            for value in (1, [1, 2], [[1, 2]], [], [1], None)},
         "def f(*args):\n    return args[0]": lambda args: args[0],
         "def f(*args):\n    return list(args)": lambda args: list(args),
