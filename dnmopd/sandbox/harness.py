@@ -175,7 +175,7 @@ def _fence_off_parent():
     """Puts this process (the child, before the program is loaded) in a Landlock domain nested in its parent's:
     the kernel then refuses it ptrace access to the parent, so ``/proc/<ppid>/mem`` cannot be opened. The
     ruleset handles only the making of block devices, which the sandbox never allows, so no file access
-    changes. Kernels without Landlock (before 5.13) leave the parent open (README: docs/verifiers.md)."""
+    changes. Kernels without Landlock (before 5.13) leave the parent open (docs/verifiers.md)."""
     import ctypes
 
     syscall = ctypes.CDLL(None, use_errno=True).syscall

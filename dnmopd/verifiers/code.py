@@ -10,7 +10,7 @@ raises: any bytes, size or nesting in a program's output or return value is a ve
 standard library without site-packages, no project package or data); the expected outputs never enter the
 sandbox: the comparison happens here.
 
-**Two rule sets** (``CodeJudge.Config.rules``; README "Code verifier" lists every difference):
+**Two rule sets** (``CodeJudge.Config.rules``; docs/verifiers.md lists every difference):
 
 - ``per_test`` (default). Program: the last fenced block tagged ``python`` (also ``py``/``python3``, any
   case; an unclosed last fence runs to the end of the response); else the last untagged fenced block; a
@@ -216,7 +216,7 @@ class CodeJudge:
         """How programs are extracted, run and compared: ``per_test`` (each test in its own sandboxed run
         under the limits below, exact comparison) or ``paper`` (the paper's judge: its extraction, all tests
         in one run under its 6 s global limit and 5 s per-test alarm, its comparison rules; ``test_timeout_s``,
-        ``test_wall_timeout_s``, ``total_timeout_s`` and ``prelude`` do not apply). README "Code verifier"
+        ``test_wall_timeout_s``, ``total_timeout_s`` and ``prelude`` do not apply). docs/verifiers.md
         lists every difference."""
         workers: int = 4
         """Judgments run at once (each runs one sandboxed process at a time)."""

@@ -7,18 +7,19 @@ empty label -> False; a label that itself contains ``\\boxed`` is unwrapped the 
 equality (``MathVerifier.Config.rules``):
 
 * ``math_verify`` (the default): both sides parsed by math-verify (LaTeX and plain expressions) and compared
-  (string, numeric and symbolic equality, sets and intervals);
+  (string, numeric and symbolic equality, sets and intervals), hedged answers refused (``_math_verify_equal``:
+  ``2 \\text{ (or 3)}``, ``5 = 4``);
 * ``paper``: the paper's GRPO math reward, Hendrycks MATH normalisation plus sympy equality
   (``verifiers.math_paper``).
 
-They differ on purpose and are listed in README.md ("Verifiers"); e.g. ``\\boxed{5!}`` for ``120``,
+They differ on purpose and are listed in docs/verifiers.md; e.g. ``\\boxed{5!}`` for ``120``,
 ``2^{10}`` for ``1024``, ``\\frac24`` for ``\\frac12`` and ``1, 2, 3`` for ``3, 2, 1`` pass math-verify and fail
 the paper's rules; ``1e3`` for ``1000`` is the reverse.
 
 Symbolic comparison can run for minutes (``9^{9^{9^{9}}}``), so ``MathVerifier`` runs ``grade`` in a pool of
-persistent worker processes and bounds each answer by ``timeout_s``: a worker that does not answer in time is
-killed and replaced, and the verdict is ``None`` (no verdict), never a silent False. A worker that dies or
-fails to start also gives ``None``. (The reference scored a timed-out answer False; ``None`` keeps "the
+persistent worker processes (``verifiers.workers.GraderPool``) and bounds each answer by ``timeout_s``: a
+worker that does not answer in time is killed and replaced, and the verdict is ``None`` (no verdict), never a
+silent False. A worker that dies or fails to start also gives ``None``. (The reference scored a timed-out answer False; ``None`` keeps "the
 checker failed" apart from "the answer is wrong", and GRPO maps it to reward 0 anyway.)
 """
 
@@ -141,7 +142,7 @@ class MathVerifier:
         """Address-space limit of each worker (0: none); an answer that exceeds it gets verdict None."""
         rules: str = "math_verify"
         """Equality rules: math_verify (math-verify's parser and comparison) or paper (the paper's GRPO math
-        reward: Hendrycks MATH normalisation + sympy); README.md lists where they differ."""
+        reward: Hendrycks MATH normalisation + sympy); docs/verifiers.md lists where they differ."""
 
         def __post_init__(self) -> None:
             if self.rules not in RULES:
