@@ -19,8 +19,9 @@ the paper's rules; ``1e3`` for ``1000`` is the reverse.
 Symbolic comparison can run for minutes (``9^{9^{9^{9}}}``), so ``MathVerifier`` runs ``grade`` in a pool of
 persistent worker processes (``verifiers.workers.GraderPool``) and bounds each answer by ``timeout_s``: a
 worker that does not answer in time is killed and replaced, and the verdict is ``None`` (no verdict), never a
-silent False. A worker that dies or fails to start also gives ``None``. (The reference scored a timed-out answer False; ``None`` keeps "the
-checker failed" apart from "the answer is wrong", and GRPO maps it to reward 0 anyway.)
+silent False. A worker that dies or fails to start also gives ``None``. (The reference scored a timed-out
+answer False; ``None`` keeps "the checker failed" apart from "the answer is wrong", and GRPO maps it to reward 0
+anyway.)
 """
 
 from __future__ import annotations
