@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -76,6 +77,20 @@ def apply_default_modes(root: str | os.PathLike) -> None:
     for path in [root, *root.rglob("*")]:
         if not path.is_symlink():
             os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
+def open_regular_file(path: str | os.PathLike) -> IO[bytes]:
+    """``path`` opened for reading in binary mode; an OSError when it is not a regular file (a FIFO would block
+    the reader, a device such as ``/dev/zero`` never ends). Opening does not block, so the check comes first."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file (a FIFO, device or directory)")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def dump_row(row: dict) -> str:

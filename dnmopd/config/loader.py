@@ -10,7 +10,10 @@ and scalars replace), then the file's own keys, then the command-line overrides.
 preset can be complete on its own (e.g. a method file over a recipe that already names another method).
 Every value remembers where it came from, so an unknown key, a wrong type or a failed validation is reported as
 `configs/demo_cpu.yaml:12: train.updates: expected int, got 'ten'`. A `__post_init__` that raises
-`FieldValueError(key, problem)` is reported at that key's own line; any other ValueError at its section's.
+`FieldValueError(key, problem)` is reported at that key's own line; any other ValueError at its section's, with
+the `--set` overrides inside the section. A YAML text (file or `--set` value) must be a regular file, expand
+to at most `MAX_VALUES` values (YAML aliases can make a small text expand exponentially) and nest at most
+`MAX_DEPTH` deep.
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 
+from dnmopd.io import open_regular_file
+
 T = TypeVar("T")
 KeyPath = tuple[str, ...]
+MAX_VALUES = 100_000
+"""Values one YAML text may expand to, aliases expanded."""
+MAX_DEPTH = 100
+"""Nesting depth of one YAML text."""
 
 
 class ConfigError(ValueError):
@@ -96,6 +105,12 @@ class RawConfig:
             path = path[:-1]
         return self.origins.get((), Source("<defaults>"))
 
+    def overrides_under(self, path: KeyPath) -> str:
+        """`` (--set a.b=1, --set a.c=2)`` for the overrides of keys below ``path``, else empty."""
+        found = sorted({str(s) for p, s in self.origins.items() if p[:len(path)] == path and
+                        str(s).startswith("--set ")})
+        return f" (with {', '.join(found)})" if found else ""
+
     def merge(self, other: RawConfig) -> None:
         _deep_merge(self.data, other.data, (), self.origins, other.origins)
 
@@ -106,7 +121,7 @@ class RawConfig:
         if not sep or not all(path):
             raise ConfigError(f"--set {assignment!r}: expected key.path=value")
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
+            value = _parse_yaml(text, f"--set {assignment}")[1] if text.strip() else ""
         except yaml.YAMLError as err:
             problem = " ".join(str(getattr(err, "problem", None) or err).split())
             raise ConfigError(f"--set {assignment}: {'.'.join(path)}: the value {text!r} is not valid YAML "
@@ -153,17 +168,16 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
     if resolved in _seen:
         raise ConfigError(f"{path}: circular extends through {' -> '.join(str(p) for p in _seen)}")
     try:
-        text = path.read_text()
+        with open_regular_file(path) as handle:
+            text = handle.read().decode("utf-8")
     except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from None
-    loader = _Loader(text)
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     try:
-        node = loader.get_single_node()
-        data = loader.construct_document(node) if node is not None else {}
+        node, data = _parse_yaml(text, str(path))
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML: {err}") from None
-    finally:
-        loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping of keys to values")
     origins: dict[KeyPath, Source] = {(): Source(str(path))}
@@ -175,6 +189,33 @@ def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
     result.merge(RawConfig(data, origins))
     result.origins[()] = Source(str(path))
     return result
+
+
+def _parse_yaml(text: str, where: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree and the value of one YAML text, refused past ``MAX_VALUES`` values or ``MAX_DEPTH`` levels."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, {}
+        if _expanded_size(node, 0, {}) > MAX_VALUES:
+            raise ConfigError(f"{where}: expands to more than {MAX_VALUES} values (YAML aliases?)")
+        return node, loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{where}: nested more than {MAX_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, depth: int, sizes: dict[int, int]) -> int:
+    """Values ``node`` stands for with its aliases expanded (each shared node counted once per use)."""
+    if depth > MAX_DEPTH:
+        raise RecursionError
+    if id(node) not in sizes:
+        children = [part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode) else \
+            node.value if isinstance(node, yaml.SequenceNode) else []
+        sizes[id(node)] = 1 + sum(_expanded_size(child, depth + 1, sizes) for child in children)
+    return sizes[id(node)]
 
 
 _YAML_KINDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "null": "null",
@@ -243,7 +284,7 @@ def _build_dataclass(cls, data, path: KeyPath, raw: RawConfig):
         key = (*path, *err.key.split("."))
         raise ConfigError(f"{raw.source(key)}: {_dotted(key)}: {err.problem}") from None
     except (ValueError, TypeError) as err:
-        raise ConfigError(f"{raw.source(path)}: {_dotted(path)}: {err}") from None
+        raise ConfigError(f"{raw.source(path)}{raw.overrides_under(path)}: {_dotted(path)}: {err}") from None
 
 
 def _convert(hint, value, path: KeyPath, raw: RawConfig):

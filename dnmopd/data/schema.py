@@ -14,11 +14,16 @@ Errors name the file, the line (1-based) and the field. ``validate_file`` either
 Besides the schema, a row must survive the trip through ``datasets`` (Arrow) and the verifiers: a line that is
 not UTF-8, a string holding a lone surrogate (``"\\ud800"``), a key repeated in one JSON object (of the row or
 of its label) and a ``src_index`` beyond 64 bits are refused here, with their field, instead of crashing later.
-Labels are parsed as their verifiers parse them (``ifeval.parse_constraints``, ``code.parse_label``).
+Labels are parsed as their verifiers parse them (``ifeval.parse_constraints``, ``code.parse_label``). A prompt
+holding a chat-control token (``CONTROL_TOKEN``: ``<|im_end|>``, ``<|im_start|>`` and every other ``<|...|>``
+token, ``<think>``, ``<tool_call>``...), which the tokenizer would read as a token of the chat format and so as
+extra turns, is refused; so is a row that repeats an earlier one. A path that is not a regular file (a
+FIFO, ``/dev/zero``) is refused before it is read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -26,6 +31,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from dnmopd.io import open_regular_file
 from dnmopd.verifiers.code import parse_label
 from dnmopd.verifiers.ifeval import ConstraintError, UnknownConstraintError, parse_constraints
 
@@ -37,6 +43,8 @@ ON_ERROR = ("fail", "skip")
 MAX_SRC_INDEX = 2**63 - 1
 """Arrow stores ``src_index`` as int64."""
 
+CONTROL_TOKEN = re.compile(r"<\|[A-Za-z0-9_]+\|>|</?(?:think|tool_call|tool_response)>|<tts_(?:pad|text_[a-z_]+)>")
+"""Text a Qwen (ChatML) tokenizer reads as a special token of its chat format."""
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 """Decoded JSON holds a surrogate only where its text has such an escape (UTF-8 cannot encode one)."""
@@ -118,10 +126,18 @@ def _keys(obj: dict, expected: tuple[str, ...], prefix: str) -> None:
         raise _FieldError(prefix.rstrip(".") or "<row>", f"keys out of order: {list(obj)} (expected {list(expected)})")
 
 
+def _check_text(text: str, field: str) -> None:
+    token = CONTROL_TOKEN.search(text)
+    if token:
+        raise _FieldError(field, f"holds the chat-control token {token.group()!r} at character {token.start()}: "
+                                 f"the tokenizer would read it as part of the chat format (an injected turn)")
+
+
 def _check_prompt(prompt: object, prompt_format: str) -> None:
     if prompt_format == "text":
         if not isinstance(prompt, str) or not prompt.strip():
             raise _FieldError("prompt", "must be a non-empty string in this file")
+        _check_text(prompt, "prompt")
         return
     if not isinstance(prompt, list) or len(prompt) != 1:
         raise _FieldError("prompt", "must be a list holding exactly one user message")
@@ -132,6 +148,7 @@ def _check_prompt(prompt: object, prompt_format: str) -> None:
         raise _FieldError("prompt[0].role", f"must be 'user', got {message['role']!r}")
     if not isinstance(message["content"], str) or not message["content"].strip():
         raise _FieldError("prompt[0].content", "must be a non-empty string")
+    _check_text(message["content"], "prompt[0].content")
 
 
 def _check_label(label: object, domain: str) -> None:
@@ -221,10 +238,19 @@ def iter_rows(path: str | os.PathLike, *, prompt_format: str = "messages", on_er
     if on_error not in ON_ERROR:
         raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     report = report if report is not None else ValidationReport(str(path))
-    with open(path, "rb") as handle:
+    try:
+        handle = open_regular_file(path)
+    except OSError as exc:
+        raise RowError(str(path), 0, "<file>", f"cannot be read as a row file: {exc.strerror or exc}") from None
+    first_line_of = {}  # row digest -> line
+    with handle:
         for number, data in enumerate(handle, start=1):
             try:
                 row = parse_line(data, str(path), number, prompt_format)
+                digest = hashlib.sha256(json.dumps(row).encode("utf-8")).digest()
+                if digest in first_line_of:
+                    raise RowError(str(path), number, "<row>", f"repeats line {first_line_of[digest]}")
+                first_line_of[digest] = number
             except RowError as exc:
                 if on_error == "fail":
                     raise
@@ -243,4 +269,7 @@ def validate_file(path: str | os.PathLike, *, prompt_format: str = "messages",
         pass
     if report.rows == 0 and not report.errors:
         raise RowError(str(path), 0, "<file>", "the file holds no rows")
+    if report.rows == 0:
+        raise RowError(str(path), 0, "<file>", f"no valid row: all {report.skipped} rows are bad, the first: "
+                                               f"{report.errors[0]}")
     return report

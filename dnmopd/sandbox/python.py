@@ -7,8 +7,8 @@ loader's cache, ``/etc/localtime``; optionally some installed distributions (``p
 name while the directory they live in stays hidden. No project package or its data is in view.
 
 :func:`run_python` runs a program through the harness (``dnmopd/sandbox/harness.py``): as a script on stdin,
-or, with the call, paper and lcb entries, in a child of the harness that reports each test's result over a channel
-the program cannot write (see the harness); :func:`records` reads those results back.
+or, with the call, paper and lcb entries, in a child of the harness that reports each test's result to it, one
+frame per test in order (see the harness); :func:`records` reads those results back.
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ def rollout_config_class(backend: str) -> type:
     return rollout_class(backend).Config
 
 
+MAX_SEED = 2**32 - 1
+"""Largest seed every seeded library of a run accepts (numpy's legacy seeding is 32-bit)."""
+
+
 def _require(ok: bool, key: str, problem: str) -> None:
     if not ok:
         raise FieldValueError(key, problem)
@@ -79,6 +83,9 @@ class RunConfig:
     def __post_init__(self):
         modes = mode_class.names
         _require(self.mode in modes, "mode", f"must be one of {', '.join(modes)}, got {self.mode!r}")
+        _require(self.name not in ("", ".", "..") and "/" not in self.name and "\0" not in self.name, "name",
+                 f"must be a plain folder name (its run directory goes under output_dir), got {self.name!r}")
+        _require(0 <= self.seed <= MAX_SEED, "seed", f"must be from 0 to 2**32 - 1, got {self.seed}")
 
     @property
     def directory(self) -> Path:
@@ -200,6 +207,8 @@ class TrainConfig:
         for name in ("updates", "optimizer_steps_per_update", "micro_batch_tokens"):
             _require(getattr(self, name) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
         _require(self.rollout_ahead in (0, 1), "rollout_ahead", f"must be 0 or 1, got {self.rollout_ahead}")
+        _require(self.logit_chunk_tokens is None or self.logit_chunk_tokens >= 1, "logit_chunk_tokens",
+                 f"must be >= 1 or null, got {self.logit_chunk_tokens}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -273,6 +282,7 @@ class SFTConfig:
 
     def __post_init__(self):
         _require(self.max_response_tokens >= 1, "max_response_tokens", f"must be >= 1, got {self.max_response_tokens}")
+        _require(0 <= self.seed <= MAX_SEED, "seed", f"must be from 0 to 2**32 - 1, got {self.seed}")
 
 
 @dataclass(kw_only=True, slots=True)

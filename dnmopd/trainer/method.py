@@ -22,7 +22,9 @@ from pathlib import Path
 
 import torch
 
+from dnmopd.config import FieldValueError
 from dnmopd.core import DEFAULT_BOUNDS, MULTIPLIER_MODES, DomainNormalizer, Router, RoutingConfig
+from dnmopd.core.normalizer import validate_bounds
 from dnmopd.kernels.opd_loss import validate_clip
 
 LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl")
@@ -40,6 +42,10 @@ class NormalizerConfig:
     def __post_init__(self):
         if self.multipliers not in MULTIPLIER_MODES:
             raise ValueError(f"normalizer.multipliers must be one of {MULTIPLIER_MODES}, got {self.multipliers!r}")
+        try:
+            validate_bounds(self.bounds)
+        except ValueError as error:
+            raise FieldValueError("bounds", str(error)) from None
 
     def build(self, domains: Sequence[str]) -> DomainNormalizer:
         return DomainNormalizer(domains, multipliers=self.multipliers, bounds=self.bounds, fixed=self.fixed)

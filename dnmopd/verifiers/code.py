@@ -10,7 +10,7 @@ raises: any bytes, size or nesting in a program's output or return value is a ve
 standard library without site-packages, no project package or data); the expected outputs never enter the
 sandbox: the comparison happens here.
 
-**Two rule sets** (``CodeJudge.Config.rules``; README "Code verifier" lists every difference):
+**Two rule sets** (``CodeJudge.Config.rules``; docs/verifiers.md lists every difference):
 
 - ``per_test`` (default). Program: the last fenced block tagged ``python`` (also ``py``/``python3``, any
   case; an unclosed last fence runs to the end of the response); else the last untagged fenced block; a
@@ -26,7 +26,9 @@ sandbox: the comparison happens here.
 
 **Labels** ``{"inputs": [...], "outputs": [...], "fn_name"?}``: stdin tasks give strings or lists of lines
 (joined by newlines); call-based tasks give argument lists or strings of one JSON value per line, and
-expected values or their JSON text.
+expected values or their JSON text. Under ``paper`` a list-valued input or output is first rewritten as the
+paper's judge rewrites it (``paper_label_text``): a stdin input list ``["a"]`` is the text ``"a"`` with its
+quotes, and a one-element expected list ``[[1, 2]]`` the value ``[1, 2]``.
 """
 
 from __future__ import annotations
@@ -135,8 +137,9 @@ def _call_arguments(value, where: str) -> list:
     return list(value)
 
 
-def parse_label(label: str | dict) -> Tests:
-    """The label's tests, checked as the judge will use them; a ValueError names the field at fault."""
+def parse_label(label: str | dict, rules: str = "per_test") -> Tests:
+    """The label's tests, read as ``rules`` read them (see ``paper_label_text``); a ValueError names the field
+    at fault."""
     data = _json(label, "the label") if isinstance(label, str) else label
     if not isinstance(data, dict):
         raise ValueError(f"code label must be a JSON object with 'inputs' and 'outputs', got {type(data).__name__}")
@@ -152,11 +155,25 @@ def parse_label(label: str | dict) -> Tests:
     if fn_name is not None and (not isinstance(fn_name, str) or not fn_name.isidentifier()
                                 or keyword.iskeyword(fn_name)):
         raise ValueError(f"code label: 'fn_name' must be a plain Python identifier, got {str(fn_name)[:80]!r}")
+    if rules == "paper":
+        inputs = [paper_label_text(v, "input") for v in inputs]
+        outputs = [paper_label_text(v, "output") for v in outputs]
     if fn_name is None:
         return Tests([_text(v, f"inputs[{i}]") for i, v in enumerate(inputs)],
                      [_text(v, f"outputs[{i}]") for i, v in enumerate(outputs)], None)
     return Tests([_call_arguments(v, f"inputs[{i}]") for i, v in enumerate(inputs)],
                  [_json(v, f"outputs[{i}]") if isinstance(v, str) else v for i, v in enumerate(outputs)], fn_name)
+
+
+def paper_label_text(value, field: str):
+    """The paper's judge's rewrite of a list-valued test field before it runs the tests (reference-behavior
+    5.5): an input list becomes the JSON text of each element, one per line; an output list the JSON text
+    of its only element, or of the whole list. Anything else is left as it is."""
+    if not isinstance(value, list):
+        return value
+    if field == "input":
+        return "\n".join(json.dumps(item) for item in value)
+    return json.dumps(value[0] if len(value) == 1 else value)
 
 
 def _printable(text: str, limit: int = 2000) -> str:
@@ -199,7 +216,7 @@ class CodeJudge:
         """How programs are extracted, run and compared: ``per_test`` (each test in its own sandboxed run
         under the limits below, exact comparison) or ``paper`` (the paper's judge: its extraction, all tests
         in one run under its 6 s global limit and 5 s per-test alarm, its comparison rules; ``test_timeout_s``,
-        ``test_wall_timeout_s``, ``total_timeout_s`` and ``prelude`` do not apply). README "Code verifier"
+        ``test_wall_timeout_s``, ``total_timeout_s`` and ``prelude`` do not apply). docs/verifiers.md
         lists every difference."""
         workers: int = 4
         """Judgments run at once (each runs one sandboxed process at a time)."""
@@ -280,7 +297,7 @@ class CodeJudge:
         return self.judge_details(response, label).verdict
 
     def judge_details(self, response: str, label: str | dict) -> Judgment:
-        tests = parse_label(label)
+        tests = parse_label(label, self.config.rules)
         try:
             if self.config.rules == "paper":
                 return self._judge_paper(paper_program(response), tests)
@@ -329,6 +346,8 @@ class CodeJudge:
         if not found:
             return _ended_early(result, index) if not result.ok else \
                 Judgment(False, "wrong_answer", index, "the program ended without its function returning")
+        if found[0].kind == "value" and not result.ok:  # ended badly after returning, as a crashing script does
+            return _ended_early(result, index)
         return self._check_record(found[0], expected, returns_match, index)
 
     def _judge_paper(self, program: str, tests: Tests) -> Judgment:

@@ -4,9 +4,10 @@
 
 - stdout: (a) equal after stripping the whole text; (b) equal line by line after stripping every line and
   dropping empty lines; (c) equal token by token (whitespace-separated, in order), where an expected
-  integer token (``[+-]?[0-9]+``) needs an integer token of the same value, an expected decimal token
-  (``1.5``, ``2e-3``) any decimal or integer token within ``1e-8 + 1e-5 * |expected|`` (numpy's ``allclose``
-  tolerance; never for nan or inf), and any other token the same text.
+  decimal token (``1.5``, ``2e-3``) accepts any number token without leading zeros (``0.5``, ``7``, not
+  ``007``) within ``1e-8 + 1e-5 * |expected|`` (numpy's ``allclose`` tolerance; never for nan or inf), and
+  any other token, integers included, only the same text: ``00000101``, ``+101`` and ``101.0`` are not
+  ``101``.
 - return values: equal to the expected JSON value, or to the only element of a one-element expected list
   (the APPS/TACO wrapper). Booleans equal only booleans, integers only integers (exactly), strings only
   strings; an expected float accepts an int or float within the tolerance above; lists accept lists or
@@ -31,6 +32,8 @@ import re
 
 _INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
+"""A number token without leading zeros."""
 _RTOL, _ATOL = 1e-5, 1e-8  # numpy.allclose
 
 
@@ -38,20 +41,12 @@ def _within_tolerance(got: float, want: float) -> bool:
     return math.isfinite(got) and math.isfinite(want) and abs(got - want) <= _ATOL + _RTOL * abs(want)
 
 
-def _integer_value(token: str) -> tuple[bool, str]:
-    """(negative, digits) without leading zeros; -0 is 0. No int(): it refuses over 4300 digits."""
-    digits = token.lstrip("+-").lstrip("0") or "0"
-    return token.startswith("-") and digits != "0", digits
-
-
 def _tokens_match(got: str, want: str) -> bool:
     if got == want:
         return True
-    if _INTEGER.match(want):
-        return bool(_INTEGER.match(got)) and _integer_value(got) == _integer_value(want)
-    if _DECIMAL.match(want) and _DECIMAL.match(got):
-        return _within_tolerance(float(got), float(want))
-    return False
+    if _INTEGER.match(want) or not _DECIMAL.match(want):
+        return False
+    return bool(_PLAIN_NUMBER.match(got)) and _within_tolerance(float(got), float(want))
 
 
 def outputs_match(got: str, want: str) -> bool:

@@ -24,16 +24,29 @@ End-of-turn handling (reference-behavior 2.7): the rollout engine keeps special 
 response usually ends with the literal ``<|im_end|>``. The reference passed that text to the checkers
 unchanged, which breaks ``ends_with``, ``wrapped_in``, ``valid_json``, ``all_caps`` and word counts. We strip
 trailing end-of-turn markers (any run of ``<|im_end|>`` / ``<|endoftext|>``, with whitespace between them)
-before checking; nothing else in the response is touched. This is a deliberate divergence from the paper.
+before checking, under both rule sets. This is a deliberate divergence from the paper.
+
+Two rule sets (``IfVerifier.Config.rules``; docs/verifiers.md): ``strict`` (the default) reads the response as
+it is displayed: invisible format characters (Unicode category Cf: zero-width spaces and joiners, soft hyphens,
+direction marks) are removed before every check, and ``must_exclude`` / ``forbidden_chars`` also see every
+letter as the ASCII letter it looks like (compatibility forms, accents dropped, Unicode's confusables: a
+Cyrillic ``а`` is an ``a``, ``é`` an ``e``). ``paper`` checks the text as it is, as the paper's checkers did.
+
+``IfVerifier`` runs the checks in killable worker processes (``verifiers.workers``) under a per-check deadline.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from dnmopd.verifiers.workers import GraderPool
+
+RULES = ("strict", "paper")
 END_OF_TURN_MARKERS = ("<|im_end|>", "<|endoftext|>")
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
@@ -44,7 +57,6 @@ _NUMBERED = re.compile(r"^\s*\d+[.)]\s+\S")
 _HIGHLIGHT = re.compile(r"\*\*(.+?)\*\*", re.DOTALL)
 _PLACEHOLDER = re.compile(r"\[[^\[\]\n]{1,60}\]")
 _OPENING_FENCE = re.compile(r"^```[a-zA-Z]*\s*")
-_CLOSING_FENCE = re.compile(r"\s*```$")
 
 
 class ConstraintError(ValueError):
@@ -59,14 +71,47 @@ class UnknownConstraintError(KeyError):
 
 
 def strip_end_of_turn(response: str) -> str:
-    """Remove trailing end-of-turn markers (and the whitespace around them) from a response."""
-    text = response
+    """Remove trailing end-of-turn markers (and the whitespace between and after them) from a response."""
+    end = kept = len(response)
     while True:
-        stripped = text.rstrip()
-        marker = next((m for m in END_OF_TURN_MARKERS if stripped.endswith(m)), None)
+        while end and response[end - 1].isspace():
+            end -= 1
+        marker = next((m for m in END_OF_TURN_MARKERS if response.endswith(m, 0, end)), None)
         if marker is None:
-            return text
-        text = stripped[: -len(marker)]
+            return response[:kept]
+        end = kept = end - len(marker)
+
+
+@functools.cache
+def _reading_tables() -> tuple[dict, dict]:
+    """``str.translate`` tables of the strict rules: (invisible characters removed, and also accents removed
+    with every look-alike of an ASCII letter made that letter). Built once per process."""
+    from confusable_homoglyphs.confusables import confusables_data
+
+    invisible, marks = {}, {}
+    for code in range(0x110000):
+        category = unicodedata.category(chr(code))
+        if category == "Cf":
+            invisible[code] = None
+        elif category in ("Mn", "Me"):
+            marks[code] = None
+    look_alikes = {ord(char): next(alike["c"] for alike in alikes if len(alike["c"]) == 1 and alike["c"].isascii()
+                                   and alike["c"].isalpha())
+                   for char, alikes in confusables_data.items()
+                   if len(char) == 1 and not char.isascii()
+                   and any(len(a["c"]) == 1 and a["c"].isascii() and a["c"].isalpha() for a in alikes)}
+    return invisible, {**look_alikes, **marks, **invisible}
+
+
+def visible_text(text: str) -> str:
+    """The text without invisible format characters (Unicode category Cf)."""
+    return text.translate(_reading_tables()[0])
+
+
+def look_alike_letters(text: str) -> str:
+    """The text as ASCII letters where it looks like them: compatibility forms decomposed (NFKD), accents and
+    invisible characters dropped, Unicode's confusables of an ASCII letter replaced by it."""
+    return unicodedata.normalize("NFKD", text).translate(_reading_tables()[1])
 
 
 def words(text: str) -> list[str]:
@@ -92,7 +137,9 @@ def _letters(text: str) -> list[str]:
 def _is_json(text: str) -> bool:
     """The paper's rule: an opening ```` ```lang ```` fence and a closing ```` ``` ```` are removed independently
     (so a one-line ```` ```json {"a": 1}``` ```` parses), then the rest must be one JSON value."""
-    body = _CLOSING_FENCE.sub("", _OPENING_FENCE.sub("", text.strip()))
+    body = _OPENING_FENCE.sub("", text.strip())
+    if body.endswith("```"):  # a regex ``\s*```$`` would be quadratic in a run of whitespace
+        body = body[:-3].rstrip()
     try:
         json.loads(body)
     except (ValueError, RecursionError):
@@ -113,6 +160,8 @@ class ConstraintType:
     check: Callable[..., bool]
     vacuous_on_empty: bool = False
     """True when an empty response satisfies it (the generator never uses only such constraints)."""
+    reads_look_alikes: bool = False
+    """Under the strict rules the check sees ``look_alike_letters`` of the response."""
 
 
 CONSTRAINT_TYPES: dict[str, ConstraintType] = {
@@ -126,10 +175,12 @@ CONSTRAINT_TYPES: dict[str, ConstraintType] = {
     "placeholder_count": ConstraintType(("n",), lambda r, n: len(_PLACEHOLDER.findall(r)) >= n),
     "must_include": ConstraintType(("values",), lambda r, values: all(v.lower() in r.lower() for v in values)),
     "must_exclude": ConstraintType(
-        ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True
+        ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True,
+        reads_look_alikes=True,
     ),
     "forbidden_chars": ConstraintType(
-        ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True
+        ("values",), lambda r, values: not any(v.lower() in r.lower() for v in values), vacuous_on_empty=True,
+        reads_look_alikes=True,
     ),
     "all_caps": ConstraintType((), lambda r: bool(_letters(r)) and all(c.isupper() for c in _letters(r))),
     "all_lowercase": ConstraintType((), lambda r: bool(_letters(r)) and all(c.islower() for c in _letters(r))),
@@ -190,10 +241,12 @@ def parse_constraints(label: str | Sequence[Mapping]) -> list[dict]:
     return [validate_constraint(spec, f"constraint {i}") for i, spec in enumerate(label)]
 
 
-def check_constraint(response: str, spec: Mapping) -> bool:
+def check_constraint(response: str, spec: Mapping, rules: str = "strict") -> bool:
     """One (validated) constraint on a response; any checker exception on odd output counts as False."""
     kind = CONSTRAINT_TYPES[spec["type"]]
     try:
+        if rules == "strict":
+            response = look_alike_letters(response) if kind.reads_look_alikes else visible_text(response)
         return bool(kind.check(response, **{p: spec[p] for p in kind.params}))
     except Exception:
         return False
@@ -215,13 +268,75 @@ class IfScore:
         return len(self.per_constraint)
 
 
-def score(response: str, label: str | Sequence[Mapping]) -> IfScore:
+def score(response: str, label: str | Sequence[Mapping], rules: str = "strict") -> IfScore:
     """Check a response (as given, no end-of-turn stripping) against every constraint of a label."""
     constraints = parse_constraints(label)
-    results = {f"{i}:{spec['type']}": check_constraint(response, spec) for i, spec in enumerate(constraints)}
+    results = {f"{i}:{spec['type']}": check_constraint(response, spec, rules) for i, spec in enumerate(constraints)}
     return IfScore(passed=all(results.values()), per_constraint=results)
 
 
-def verify(response: str, label: str | Sequence[Mapping]) -> bool:
+def verify(response: str, label: str | Sequence[Mapping], rules: str = "strict") -> bool:
     """IF verdict: trailing end-of-turn markers stripped, then strict conjunction of all constraints."""
-    return score(strip_end_of_turn(response), label).passed
+    return score(strip_end_of_turn(response), label, rules).passed
+
+
+class IfVerifier:
+    """``verify`` in killable worker processes: each check answers within ``timeout_s`` or gives None."""
+
+    @dataclass(kw_only=True, slots=True)
+    class Config:
+        rules: str = "strict"
+        """strict (the checks read the text as displayed: invisible characters removed, look-alike letters
+        count for must_exclude and forbidden_chars) or paper (the text as it is, as the paper's checkers
+        read it); docs/verifiers.md lists the differences."""
+        workers: int = 2
+        """Checker processes (responses checked in parallel)."""
+        timeout_s: float = 5.0
+        """Wall-clock bound per response (all its constraints); past it the worker is killed and the verdict is
+        None."""
+        startup_timeout_s: float = 60.0
+        """Bound on a worker's start-up."""
+        memory_limit_mb: int = 4096
+        """Address-space limit of each worker (0: none); a response that exceeds it gets verdict None."""
+
+        def __post_init__(self) -> None:
+            if self.rules not in RULES:
+                raise ValueError(f"IfVerifier.Config.rules must be one of {', '.join(RULES)}, got {self.rules!r}")
+            if self.workers < 1:
+                raise ValueError(f"IfVerifier.Config.workers must be >= 1, got {self.workers}")
+            if self.memory_limit_mb < 0:
+                raise ValueError(f"IfVerifier.Config.memory_limit_mb must be >= 0, got {self.memory_limit_mb}")
+            for name in ("timeout_s", "startup_timeout_s"):
+                if not getattr(self, name) > 0:
+                    raise ValueError(f"IfVerifier.Config.{name} must be > 0, got {getattr(self, name)}")
+
+        def build(self) -> IfVerifier:
+            return IfVerifier(self)
+
+    def __init__(self, config: IfVerifier.Config | None = None) -> None:
+        self.config = config or IfVerifier.Config()
+        self._pool = GraderPool(functools.partial(verify, rules=self.config.rules), name="ifeval",
+                                workers=self.config.workers, timeout_s=self.config.timeout_s,
+                                startup_timeout_s=self.config.startup_timeout_s,
+                                memory_limit_mb=self.config.memory_limit_mb,
+                                warmup=("x", '[{"type": "forbidden_chars", "values": ["e"]}]'))
+
+    @property
+    def failures(self):
+        """Counts of ``timeout`` / ``crash`` / ``error`` events, for metrics."""
+        return self._pool.failures
+
+    def verify(self, response: str, label: str | Sequence[Mapping]) -> bool | None:
+        """True / False, or None when the check timed out or its worker failed. A malformed label raises here."""
+        parse_constraints(label)
+        verdict = self._pool.grade(response, label)
+        return None if verdict is None else bool(verdict)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> IfVerifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -7,37 +7,33 @@ empty label -> False; a label that itself contains ``\\boxed`` is unwrapped the 
 equality (``MathVerifier.Config.rules``):
 
 * ``math_verify`` (the default): both sides parsed by math-verify (LaTeX and plain expressions) and compared
-  (string, numeric and symbolic equality, sets and intervals);
+  (string, numeric and symbolic equality, sets and intervals), hedged answers refused (``_math_verify_equal``:
+  ``2 \\text{ (or 3)}``, ``5 = 4``);
 * ``paper``: the paper's GRPO math reward, Hendrycks MATH normalisation plus sympy equality
   (``verifiers.math_paper``).
 
-They differ on purpose and are listed in README.md ("Verifiers"); e.g. ``\\boxed{5!}`` for ``120``,
+They differ on purpose and are listed in docs/verifiers.md; e.g. ``\\boxed{5!}`` for ``120``,
 ``2^{10}`` for ``1024``, ``\\frac24`` for ``\\frac12`` and ``1, 2, 3`` for ``3, 2, 1`` pass math-verify and fail
 the paper's rules; ``1e3`` for ``1000`` is the reverse.
 
 Symbolic comparison can run for minutes (``9^{9^{9^{9}}}``), so ``MathVerifier`` runs ``grade`` in a pool of
-persistent worker processes and bounds each answer by ``timeout_s``: a worker that does not answer in time is
-killed and replaced, and the verdict is ``None`` (no verdict), never a silent False. A worker that dies or
-fails to start also gives ``None``. (The reference scored a timed-out answer False; ``None`` keeps "the
-checker failed" apart from "the answer is wrong", and GRPO maps it to reward 0 anyway.)
+persistent worker processes (``verifiers.workers.GraderPool``) and bounds each answer by ``timeout_s``: a
+worker that does not answer in time is killed and replaced, and the verdict is ``None`` (no verdict), never a
+silent False. A worker that dies or fails to start also gives ``None``. (The reference scored a timed-out
+answer False; ``None`` keeps "the checker failed" apart from "the answer is wrong", and GRPO maps it to reward 0
+anyway.)
 """
 
 from __future__ import annotations
 
-import logging
-import multiprocessing
-import multiprocessing.connection
-import queue
-import resource
-import threading
+import functools
+import re
 from collections import Counter
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dnmopd.verifiers import math_paper
-
-logger = logging.getLogger(__name__)
+from dnmopd.verifiers.workers import GraderPool
 
 _BOX = "\\boxed"
 
@@ -59,7 +55,7 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
-def _math_verify_equal(answer: str, gold: str) -> bool:
+def _math_verify_parsed_equal(answer: str, gold: str) -> bool:
     from math_verify import parse, verify
 
     if not gold.strip() or not answer.strip():
@@ -69,6 +65,50 @@ def _math_verify_equal(answer: str, gold: str) -> bool:
     gold_parsed = parse(f"{_BOX}{{{gold}}}", parsing_timeout=None)
     answer_parsed = parse(f"{_BOX}{{{answer}}}", parsing_timeout=None)
     return bool(verify(gold_parsed, answer_parsed, timeout_seconds=None))
+
+
+_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|mbox)\s*\{((?:[^{}]|\{[^{}]*\})*)\}"
+                   r"(?:\s*\^\s*(?:\{[^{}]*\}|[0-9]))?")
+"""A text part of an answer (with a unit's exponent after it, ``\\text{ cm}^2``)."""
+_NAME = re.compile(r"\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\([^()]*\))?\s*")
+"""What may stand on one side of an answer's equation without being compared: ``x``, ``a_n``, ``\\theta``,
+``f(x)``."""
+
+
+def _sides(answer: str) -> list[str]:
+    """The sides of an answer's equation chain (``=`` and ``\\approx`` outside brackets); one side if none."""
+    sides, depth, start = [], 0, 0
+    text = answer.replace("\\approx", "=")
+    for pos, char in enumerate(text):
+        if char in "{([":
+            depth += 1
+        elif char in "})]":
+            depth -= 1
+        elif char == "=" and depth == 0:
+            sides.append(text[start:pos])
+            start = pos + 1
+    return [*sides, text[start:]]
+
+
+def _math_verify_equal(answer: str, gold: str) -> bool:
+    """math-verify's equality, refusing hedged answers it would accept: a text part holding a number
+    (``2 \\text{ (or 3)}``), an answer that changes without its text parts (``4 \\text{ if } n \\text{ even}``),
+    and an equation chain with a side that is neither a name nor equal to the label (``5 = 4``,
+    ``4 \\approx 5``); ``x = 4``, ``2 + 2 = 4``, ``4 \\text{ cm}^2`` stay right. A label with text or an
+    equation of its own is compared as math-verify compares it."""
+    if not _math_verify_parsed_equal(answer, gold):
+        return False
+    if not _TEXT.search(gold):
+        texts = _TEXT.findall(answer)
+        if any(any(c.isdigit() for c in text) for text in texts):
+            return False
+        bare = _TEXT.sub(" ", answer).strip()
+        if texts and bare and not _math_verify_parsed_equal(bare, gold):
+            return False
+    sides = _sides(answer)
+    if len(sides) > 1 and len(_sides(gold)) == 1:
+        return all(_NAME.fullmatch(side) or _math_verify_parsed_equal(side, gold) for side in sides)
+    return True
 
 
 RULES = {"math_verify": _math_verify_equal, "paper": math_paper.grade}
@@ -88,75 +128,6 @@ def grade(response: str, label: str, rules: str = "math_verify") -> bool:
     return RULES[rules](answer, gold)
 
 
-def _worker_main(conn: multiprocessing.connection.Connection, memory_limit_mb: int, rules: str) -> None:
-    """Worker process: import the rules' libraries once, then answer ``(response, label)`` requests until None."""
-    if memory_limit_mb:
-        limit = memory_limit_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # a runaway bignum raises MemoryError here
-    for noisy in ("math_verify", "pylatexenc"):  # both log every answer they cannot parse
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-    grade("\\boxed{\\sqrt{2}}", "x", rules)  # warm the imports (LaTeX parser, sympy) before announcing readiness
-
-    conn.send(("ready", None))
-    while (request := conn.recv()) is not None:
-        try:
-            conn.send(("ok", grade(*request, rules)))
-        except Exception as exc:
-            conn.send(("error", f"{type(exc).__name__}: {exc}"))
-
-
-class _WorkerFailure(Exception):
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-class _Worker:
-    """One grader process and the parent's end of its pipe."""
-
-    def __init__(self, context: multiprocessing.context.BaseContext, memory_limit_mb: int, rules: str) -> None:
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, memory_limit_mb, rules), daemon=True,
-                                       name="dnmopd-math-grader")
-        self.process.start()
-        child.close()
-        self.ready = False
-
-    def _receive(self, timeout: float, what: str) -> tuple[str, object]:
-        try:
-            if not self.conn.poll(timeout):
-                raise _WorkerFailure("timeout", f"{what} timed out after {timeout:g} s")
-            return self.conn.recv()
-        except (EOFError, OSError) as exc:
-            raise _WorkerFailure("crash", f"worker died during {what} (exit code {self.process.exitcode})") from exc
-
-    def ask(self, response: str, label: str, *, timeout: float, startup_timeout: float) -> tuple[str, object]:
-        """``("ok", verdict)`` or ``("error", message)``; raises _WorkerFailure if the process fails."""
-        if not self.ready:
-            self._receive(startup_timeout, "start-up")
-            self.ready = True
-        try:
-            self.conn.send((response, label))
-        except (OSError, ValueError) as exc:
-            raise _WorkerFailure("crash", f"cannot send to worker: {exc}") from exc
-        return self._receive(timeout, "grading")
-
-    def stop(self, *, kill: bool) -> None:
-        if not kill:
-            try:
-                self.conn.send(None)
-                self.process.join(timeout=5)
-            except (OSError, ValueError):
-                pass
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-        self.conn.close()
-
-
-_NEW, _WAIT = object(), object()
-
-
 class MathVerifier:
     """A pool of killable math-grader processes; ``verify`` is thread-safe."""
 
@@ -172,7 +143,7 @@ class MathVerifier:
         """Address-space limit of each worker (0: none); an answer that exceeds it gets verdict None."""
         rules: str = "math_verify"
         """Equality rules: math_verify (math-verify's parser and comparison) or paper (the paper's GRPO math
-        reward: Hendrycks MATH normalisation + sympy); README.md lists where they differ."""
+        reward: Hendrycks MATH normalisation + sympy); docs/verifiers.md lists where they differ."""
 
         def __post_init__(self) -> None:
             if self.rules not in RULES:
@@ -190,77 +161,28 @@ class MathVerifier:
 
     def __init__(self, config: MathVerifier.Config | None = None) -> None:
         self.config = config or MathVerifier.Config()
-        self._context = multiprocessing.get_context("spawn")
-        self._idle: queue.SimpleQueue[_Worker | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._started = 0
-        self._closed = False
-        self.failures: Counter[str] = Counter()
+        self._pool = GraderPool(functools.partial(grade, rules=self.config.rules), name="math",
+                                workers=self.config.workers, timeout_s=self.config.timeout_s,
+                                startup_timeout_s=self.config.startup_timeout_s,
+                                memory_limit_mb=self.config.memory_limit_mb,
+                                warmup=("\\boxed{\\sqrt{2}}", "x"))  # the LaTeX parser and sympy, before "ready"
+
+    @property
+    def failures(self) -> Counter[str]:
         """Counts of ``timeout`` / ``crash`` / ``error`` events, for metrics."""
-
-    def _acquire(self) -> _Worker:
-        """An idle worker; a new one while fewer than ``workers`` exist; else wait for one. The idle queue holds
-        workers and ``None`` for a free slot (its worker died): taking ``None`` starts a worker in that slot, so a
-        waiting caller is woken whether a worker is returned or replaced."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("MathVerifier is closed")
-            try:
-                item = self._idle.get_nowait()
-            except queue.Empty:
-                item = _NEW if self._started < self.config.workers else _WAIT
-                if item is _NEW:
-                    self._started += 1
-        if item is _WAIT:
-            item = self._idle.get()
-        if isinstance(item, _Worker):
-            return item
-        try:
-            return self._new_worker()
-        except BaseException:
-            self._idle.put(None)  # the slot stays free for the next caller
-            raise
-
-    def _new_worker(self) -> _Worker:
-        return _Worker(self._context, self.config.memory_limit_mb, self.config.rules)
+        return self._pool.failures
 
     def verify(self, response: str, label: str) -> bool | None:
         """Verdict for one answer: True / False, or None when the grader timed out or failed."""
-        worker = self._acquire()
-        try:
-            status, value = worker.ask(response, label, timeout=self.config.timeout_s,
-                                       startup_timeout=self.config.startup_timeout_s)
-        except _WorkerFailure as exc:
-            self.failures[exc.kind] += 1
-            logger.warning("math grader %s: %s; replacing the worker, verdict None", exc.kind, exc)
-            worker.stop(kill=True)
-            self._idle.put(None)  # a new worker starts in this slot when next needed
-            return None
-        self._idle.put(worker)
-        if status == "error":
-            self.failures["error"] += 1
-            logger.warning("math grader raised on a response: %s; verdict None", value)
-            return None
-        return bool(value)
+        verdict = self._pool.grade(response, label)
+        return None if verdict is None else bool(verdict)
 
     def verify_batch(self, pairs: Sequence[tuple[str, str]]) -> list[bool | None]:
         """Verdicts for many ``(response, label)`` pairs, graded in parallel, in input order."""
-        if not pairs:
-            return []
-        with ThreadPoolExecutor(max_workers=min(self.config.workers, len(pairs))) as pool:
-            return list(pool.map(lambda pair: self.verify(*pair), pairs))
+        return [None if verdict is None else bool(verdict) for verdict in self._pool.grade_batch(pairs)]
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            started, self._started = self._started, 0
-        for _ in range(started):
-            try:
-                worker = self._idle.get(timeout=self.config.timeout_s + 5)
-            except queue.Empty:
-                break
-            if worker is not None:
-                worker.stop(kill=False)
+        self._pool.close()
 
     def __enter__(self) -> MathVerifier:
         return self

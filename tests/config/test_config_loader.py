@@ -1,6 +1,7 @@
 """The YAML config loader: composition, overrides, type conversion and errors that name key and file."""
 
 import dataclasses
+import os
 import textwrap
 from pathlib import Path
 from typing import Annotated, Literal
@@ -208,3 +209,22 @@ def test_a_field_error_in_an_extended_file_names_that_file_and_line(tmp_path):
     with pytest.raises(ConfigError, match=r"run.yaml:2: checked.rate: must be in"):
         load_config(WithOptional, run)
     assert str(FieldValueError("rate", "bad")) == "rate: bad"  # built directly, the message still names the key
+
+
+def test_hostile_yaml_is_refused_with_the_file_named(tmp_path):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+        f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8))
+    with pytest.raises(ConfigError, match=r"bomb.yaml: expands to more than 100000 values \(YAML aliases\?\)"):
+        load_config(Root, write(tmp_path, "bomb.yaml", bomb))
+    with pytest.raises(ConfigError, match=r"--set weights=.*: expands to more than 100000 values"):
+        load_config(Root, write(tmp_path, "ok.yaml", "name: x\n"), ["weights=" + bomb.replace("\n", ", ")[:-2]
+                                                                   .join("{}")])
+    with pytest.raises(ConfigError, match=r"deep.yaml: nested more than 100 levels deep"):
+        load_config(Root, write(tmp_path, "deep.yaml", "name: " + "[" * 10_000 + "]" * 10_000 + "\n"))
+    fifo = tmp_path / "base.fifo"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/zero"):
+        with pytest.raises(ConfigError, match=r"cannot read config file .*not a regular file"):
+            load_config(Root, write(tmp_path, "run.yaml", f"extends: {target}\nname: x\n"))

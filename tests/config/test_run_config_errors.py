@@ -68,6 +68,12 @@ def run_file(tmp_path: Path, student: Path, body: str) -> Path:
      r"run.yaml:7: train.optimizer_steps_per_update: 48 responses per update .* not divisible into 5 equal steps"),
     ("method:\n  loss: {kind: full_vocab_reverse_kl}\ntrain:\n  optimizer_steps_per_update: 2\n",
      r"run.yaml:7: train.optimizer_steps_per_update: method.loss.kind full_vocab_reverse_kl supports one"),
+    ("method:\n  normalizer: {bounds: [4.0, 0.25]}\n",
+     r"run.yaml:5: method.normalizer.bounds: bounds must satisfy 0 <= lower <= upper .*got \(4.0, 0.25\)"),
+    ("train:\n  logit_chunk_tokens: 0\n", r"run.yaml:5: train.logit_chunk_tokens: must be >= 1 or null, got 0"),
+    ("run:\n  seed: 1180591620717411303424\n", r"run.yaml:5: run.seed: must be from 0 to 2\*\*32 - 1"),
+    ("run:\n  name: ''\n", r"run.yaml:5: run.name: must be a plain folder name .*got ''"),
+    ("run:\n  name: ../elsewhere\n", r"run.yaml:5: run.name: must be a plain folder name"),
     (SERVED_MATH_TEACHER, r"demo_cpu.yaml:51: logging.probe_every: the probe needs .* \['math_teacher'\] are servers"),
     (SERVED_MATH_TEACHER + "logging: {probe_every: 0}\nmethod:\n  loss: {kind: full_vocab_reverse_kl}\n",
      r"run.yaml:11: method.loss.kind: full_vocab_reverse_kl needs in-process teachers; \['math_teacher'\] are "),
@@ -81,6 +87,12 @@ def test_bad_values_name_the_key_and_its_line(tmp_path, student, body, message):
     ("optimizer.lr=.inf", r"--set optimizer.lr=.inf: optimizer.lr: must be a finite number > 0, got inf"),
     ("parallel.tensor=3", r"--set parallel.tensor=3: parallel.tensor: 3 does not divide num_attention_heads"),
     ("rollout.sampling.top_p=[0.5", r"--set rollout.sampling.top_p=\[0.5: rollout.sampling.top_p: the value"),
+    ("run.name=", r"--set run.name=: run.name: must be a plain folder name"),
+    ("run.seed=1180591620717411303424", r"--set run.seed=1180591620717411303424: run.seed: must be from 0"),
+    ("method.normalizer.bounds=[4, 0.25]", r"--set method.normalizer.bounds=\[4, 0.25\]: method.normalizer.bounds"),
+    # a section's own check names the file that opened the section and the override inside it
+    ("method.normalizer.multipliers=sometimes", r"dn_mopd.yaml:\d+ \(with --set method.normalizer.multipliers="
+                                                r"sometimes\): method.normalizer: normalizer.multipliers must be"),
 ])
 def test_bad_overrides_name_the_key(tmp_path, student, override, message):
     with pytest.raises(ConfigError, match=message):

@@ -51,12 +51,12 @@ FORGERS = {
         def f(x):
             return None
         """,
-    "writes a frame of the harness's format without its secret": """
+    "writes a frame of the harness's format for its test, then returns": """
         import os, struct
         def f(x):
             for fd in range(3, 64):
                 try:
-                    os.write(fd, struct.pack("<16sBIQ", bytes(16), 1, 0, 2) + b"42")
+                    os.write(fd, struct.pack("<BIQ", 1, 0, 2) + b"42")
                 except OSError:
                     pass
             return None
@@ -266,6 +266,35 @@ def test_the_wrong_answers_of_the_issue_are_wrong_and_the_right_ones_right():
     got = [(judge.judge(f"```python\n{p}\n```", label), paper.judge(f"```python\n{p}\n```", label))
            for p, label, _, _ in cases]
     assert got == [(per_test, paper_) for _, _, per_test, paper_ in cases]
+
+
+PARENT_MEMORY = """
+import os
+def f(x):
+    try:
+        os.close(os.open(f"/proc/{os.getppid()}/mem", os.O_RDWR))
+    except OSError:
+        return x + 39
+    return "opened the harness's memory"
+"""
+CRASH_AFTER_RETURN = """
+import os
+exit_now = os._exit
+os._exit = lambda status: exit_now(1)
+def f(x):
+    return x + 39
+"""
+
+
+@pytest.mark.parametrize("level", levels_here())
+def test_the_harness_is_out_of_the_programs_reach_and_a_crash_after_the_return_fails(level):
+    for rules in ("per_test", "paper"):
+        judge = hostile_judge(level, rules)
+        assert judge.judge(f"```python\n{PARENT_MEMORY}```", CALL) is True, (rules, "/proc/<ppid>/mem opened")
+        crash = judge.judge_details(f"```python\n{CRASH_AFTER_RETURN}```", CALL)
+        # the paper's judge keeps the results a crashed process reported (docs/verifiers.md)
+        expected = ("passed", True) if rules == "paper" else ("runtime_error", False)
+        assert (crash.reason, crash.verdict) == expected, (rules, crash)
 
 
 def random_program(rng: random.Random) -> str:

@@ -63,15 +63,15 @@ def flaky_if_checker(monkeypatch):
     """The IF checker raises on every other response it is given (as a checker bug would)."""
     from dnmopd.verifiers import ifeval
 
-    real, calls = ifeval.verify, []
+    real, calls = ifeval.IfVerifier.verify, []
 
-    def flaky(response, label):
+    def flaky(self, response, label):
         calls.append(response)
         if len(calls) % 2:
             raise RuntimeError("checker bug")
-        return real(response, label)
+        return real(self, response, label)
 
-    monkeypatch.setattr(ifeval, "verify", flaky)
+    monkeypatch.setattr(ifeval.IfVerifier, "verify", flaky)
     return calls
 
 
@@ -95,7 +95,7 @@ def test_annealed_injection_treats_a_missing_verdict_as_wrong(demo_models, tmp_p
     def broken(*args):
         raise RuntimeError("checker bug")
 
-    monkeypatch.setattr(ifeval, "verify", broken)
+    monkeypatch.setattr(ifeval.IfVerifier, "verify", broken)
     monkeypatch.setattr(math.MathVerifier, "verify", broken)
     bank = demo_bank(demo_models, tmp_path / "bank.pt")
     config = load_config(TrainerConfig, [DEMO, REPO / "configs" / "methods" / "annealed_injection.yaml"],

@@ -32,7 +32,10 @@ NINES = 10 ** 5000 - 1
     ("2.880067194370816e+18\n", "2880067194370816120\n", False, True),  # an integer printed as a float
     ("1000001\n0.5\n", "1000000\n0.5\n", False, True),  # one float line makes the paper compare all as floats
     ("-500000\n", "-500000\n", True, True),
-    ("+7 -0 007\n", "7 0 7\n", True, False),          # per_test: integer tokens compare by value
+    ("+7 -0 007\n", "7 0 7\n", False, False),         # per_test: an expected integer needs the same text
+    ("00000101\n", "101\n", False, False), ("101 00000101", "101 101", False, False),
+    ("101.0 0.5\n", "101 0.5\n", False, False), ("101.0\n0.5\n", "101\n0.5\n", False, True),
+    ("007.5\n", "7.5\n", False, True), ("0.5 7 -0.25\n", "0.50 7.0 -.25\n", True, False),
     ("2\n", "2.0\n", True, True),                     # an expected float accepts an integer token
     ("1.0\n", "1\n", False, True),                    # an expected integer does not accept a float token
     ("1e5\n", "100000.0\n", True, True),
@@ -43,7 +46,7 @@ NINES = 10 ** 5000 - 1
     ("a\r\nb\r\n", "a\nb\n", True, True),
     ("", "0", False, False), ("\n\n", "", True, True),
     (HUGE + "\n", HUGE + "\n", True, True), (HUGE + "8", HUGE + "9", False, False),
-    ("0" + HUGE, HUGE, True, False),
+    ("0" + HUGE, HUGE, False, False),
 ])
 def test_stdout_rules(got, want, per_test, paper):
     assert outputs_match(got, want) is per_test

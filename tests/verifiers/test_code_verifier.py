@@ -4,7 +4,9 @@ slow, memory-hungry and non-compiling programs on the sample code tasks, in the 
 
 from __future__ import annotations
 
+import functools
 import json
+import random
 import threading
 import time
 from pathlib import Path
@@ -180,6 +182,7 @@ PAPER_DIFFERS = {
     "lines_and_spacing": "wrong_answer",                    # padded lines against an expected empty line
     "call_returning_tuple_and_int_keys": "wrong_answer",    # Python ==: (1, 3) != [1, 3], 1 != "1"
     "call_with_integer_keyed_argument": "runtime_error",    # it passes an integer-keyed dict alone
+    "list_valued_stdin": "wrong_answer",                    # it feeds and expects list fields as JSON text
 }
 
 
@@ -271,3 +274,69 @@ def test_the_queue_is_bounded():
         assert first.result() is False
         assert third_submitted.wait(timeout=30) and second.result() is False
 
+
+
+def _constant(value, _given):
+    return value
+
+
+def _paper_reference(label: dict, run) -> bool:
+    """The paper's judge on a label (reference-behavior 5.5 and 6.3), for programs whose behaviour ``run``
+    gives in this process: list-valued fields rewritten into JSON text, call arguments and expected values read
+    back from it, return values compared by ``==`` and against the first element of a non-empty expected list,
+    stdout compared stripped, whole or line by line."""
+    for given, want in zip(label["inputs"], label["outputs"], strict=True):
+        given = "\n".join(json.dumps(arg) for arg in given) if isinstance(given, list) else given
+        want = json.dumps(want[0] if len(want) == 1 else want) if isinstance(want, list) else want
+        if "fn_name" in label:
+            got, want = run([json.loads(line) for line in given.split("\n")]), json.loads(want)
+            ok = got == want or (isinstance(want, list) and len(want) > 0 and got == want[0])
+        else:
+            got = run(given)
+            ok = got.strip() == want.strip() or [x.strip() for x in got.split("\n") if x.strip()] == \
+                [x.strip() for x in want.split("\n") if x.strip()]
+        if not ok:
+            return False
+    return True
+
+
+def test_the_paper_rules_read_label_shapes_as_the_papers_judge(paper_judge):
+    """Differential: generated labels with list-valued inputs, one-element and longer output lists, strings
+    and JSON text, in stdin and call mode; every program's verdict equals the paper judge's."""
+    rng = random.Random(25)
+    stdin_inputs = ["a\nb", ["a", "b"], ["a"], ["x y"]]
+    stdin_outputs = ["a", ["a"], ["a", "b"], ["a\nb"], [], '"a"']
+    stdin_programs = {  # source -> what it prints for an input text
+        "print(input())": lambda text: text.split("\n")[0] + "\n",
+        "import sys\nprint(sys.stdin.read())": lambda text: text + "\n",
+        **{f"print({text!r})": functools.partial(_constant, text + "\n")
+           for text in ("a", '"a"', '["a", "b"]', "a\nb", "[]", '"a\\nb"')},
+    }
+    call_inputs = [[1], [[1, 2]], [1, "x"], "1\n2", "[1, 2]"]
+    call_outputs = [[[1, 2]], [1], [], [1, 2], "[1, 2]", "1", [[1]], [None]]
+    call_programs = {  # source -> what it returns for an argument list
+        **{f"def f(*args):\n    return {value!r}": functools.partial(_constant, value)
+           for value in (1, [1, 2], [[1, 2]], [], [1], None)},
+        "def f(*args):\n    return args[0]": lambda args: args[0],
+        "def f(*args):\n    return list(args)": lambda args: list(args),
+    }
+    cases = []
+    for _ in range(14):
+        n = rng.randint(1, 2)
+        label = {"inputs": [rng.choice(stdin_inputs) for _ in range(n)],
+                 "outputs": [rng.choice(stdin_outputs) for _ in range(n)]}
+        source = rng.choice(list(stdin_programs))
+        cases.append((source, label, _paper_reference(label, stdin_programs[source])))
+        label = {"fn_name": "f", "inputs": [rng.choice(call_inputs) for _ in range(n)],
+                 "outputs": [rng.choice(call_outputs) for _ in range(n)]}
+        source = rng.choice(list(call_programs))
+        cases.append((source, label, _paper_reference(label, call_programs[source])))
+    for source, label, want in [  # the issue's two shortest cases
+            ("def f(a):\n    return 1", {"fn_name": "f", "inputs": [[1]], "outputs": [[[1, 2]]]}, True),
+            ("print(input())", {"inputs": [["a"]], "outputs": ["a"]}, False)]:
+        assert _paper_reference(label, call_programs["def f(*args):\n    return 1"] if "fn_name" in label
+                                else stdin_programs["print(input())"]) is want
+        cases.append((source, label, want))
+    assert {want for *_, want in cases} == {True, False}
+    got = paper_judge.judge_many((f"```python\n{source}\n```", json.dumps(label)) for source, label, _ in cases)
+    assert [(source, label, verdict) for (source, label, _), verdict in zip(cases, got, strict=True)] == cases

@@ -138,3 +138,20 @@ def test_trailing_end_of_turn_markers_are_stripped_before_checking():
     assert not verify("a <|im_end|> b", [{"type": "all_caps"}])  # only trailing markers go
     assert strip_end_of_turn("x <|im_end|> y\n") == "x <|im_end|> y\n"
     assert strip_end_of_turn("x<|endoftext|><|im_end|>") == "x"
+
+
+@pytest.mark.parametrize(("response", "spec", "strict", "paper"), [
+    ("The l\u0430ntern", {"type": "must_exclude", "values": ["lantern"]}, False, True),  # Cyrillic а
+    ("The lan\u200btern", {"type": "must_exclude", "values": ["lantern"]}, False, True),  # zero-width space
+    ("\uff2c\uff21\uff2e\uff34\uff25\uff32\uff2e", {"type": "must_exclude", "values": ["lantern"]}, False, True),
+    ("Th\u0435 \u0435nd", {"type": "forbidden_chars", "values": ["e"]}, False, True),  # Cyrillic е
+    ("caf\u00e9", {"type": "forbidden_chars", "values": ["e"]}, False, True),  # an accented e is an e
+    ("A big cat", {"type": "forbidden_chars", "values": ["e"]}, True, True),
+    ("\u0430\u0440\u0440l\u0435s", {"type": "must_include", "values": ["apples"]}, False, False),  # look-alikes
+    ("lan\u200btern", {"type": "must_include", "values": ["lantern"]}, True, False),  # invisible: not there
+    ("Answer:\u200b yes", {"type": "starts_with", "value": "Answer:"}, True, True),
+    ("one\u200btwo\u200bthree", {"type": "word_count_min", "n": 3}, False, True),  # one word as displayed
+])
+def test_strict_rules_read_the_text_as_displayed(response, spec, strict, paper):
+    assert verify(response, [spec]) is strict
+    assert verify(response, [spec], rules="paper") is paper

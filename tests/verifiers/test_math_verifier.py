@@ -89,6 +89,27 @@ RULE_PAIRS = [
     ("The answer is 5.", "5", False, False),  # no box
     ("\\boxed{}", "0", False, False),
     ("\\boxed{5}", "", False, False),  # empty label
+    # hedged or self-contradicting answers: the default rules refuse them, the paper's keep its own verdict
+    ("\\boxed{2 \\text{ (or 3)}}", "2", True, False),  # H: everything after "\\text{ " is a unit
+    ("\\boxed{5 = 4}", "4", True, False),  # H: a short "5 =" prefix is dropped
+    ("\\boxed{2 \\text{ or } 3}", "2", True, False),
+    ("\\boxed{2 \\text{ and } 3}", "2", True, False),
+    ("\\boxed{2 \\text{ (approximately 3)}}", "2", True, False),
+    ("\\boxed{2 \\text{ (} 3 \\text{)}}", "2", True, False),
+    ("\\boxed{4 \\text{ (or } 5\\text{)}}", "4", True, False),
+    ("\\boxed{4 \\text{ if } n \\text{ even}}", "4", False, False),
+    ("\\boxed{4 \\textbf{ or 5}}", "4", False, False),
+    ("\\boxed{4 \\approx 5}", "4", False, False),
+    ("\\boxed{2 or 3}", "2", False, False),
+    ("\\boxed{2, 3}", "2", False, False),
+    ("\\boxed{2 \\pm 1}", "2", False, False),
+    ("\\boxed{x = 2 \\text{ or } x = 3}", "2", True, False),
+    # and what the hedge rules leave right
+    ("\\boxed{k = 4}", "4", True, True),
+    ("\\boxed{2+2 = 4}", "4", False, True),
+    ("\\boxed{f(x) = 4}", "4", False, True),
+    ("\\boxed{4\\text{ cm}^2}", "4", True, True),
+    ("\\boxed{4 \\text{ (exactly)}}", "4", True, True),
 ]
 
 
@@ -197,14 +218,14 @@ def test_dispatch_to_the_code_judge():
 
 def test_a_worker_that_fails_to_start_frees_its_slot(monkeypatch):
     with MathVerifier(MathVerifier.Config(workers=1, timeout_s=20)) as pool:
-        start = pool._new_worker
+        start = pool._pool._new_worker
 
         def broken():
             raise OSError("cannot start a process")
 
-        monkeypatch.setattr(pool, "_new_worker", broken)
+        monkeypatch.setattr(pool._pool, "_new_worker", broken)
         for _ in range(3):  # more failures than workers: each raises, none leaves a caller waiting forever
             with pytest.raises(OSError, match="cannot start"):
                 pool.verify(r"\boxed{4}", "4")
-        monkeypatch.setattr(pool, "_new_worker", start)
+        monkeypatch.setattr(pool._pool, "_new_worker", start)
         assert pool.verify(r"\boxed{4}", "4") is True

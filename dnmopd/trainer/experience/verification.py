@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from dnmopd.verifiers import Verifiers
 from dnmopd.verifiers.code import CodeJudge
+from dnmopd.verifiers.ifeval import IfVerifier
 from dnmopd.verifiers.math import MathVerifier
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ class Verification:
     class Config:
         math: MathVerifier.Config = field(default_factory=MathVerifier.Config)
         """The math grader: rules (math_verify or paper), worker processes, per-answer time-out, memory limit."""
+        ifeval: IfVerifier.Config = field(default_factory=IfVerifier.Config)
+        """The IF checker: rules (strict or paper), worker processes, per-response time-out, memory limit."""
         code: CodeJudge.Config = field(default_factory=CodeJudge.Config)
         """The code judge: rules (per_test or paper), workers, time limits, memory, minimum sandbox isolation."""
         on_no_verdict: str = "wrong"
@@ -49,7 +52,7 @@ class Verification:
 
     def __init__(self, config: Config, domains: Iterable[str]):
         self.config = config
-        self.verifiers = Verifiers(math=config.math, code=config.code, domains=domains)
+        self.verifiers = Verifiers(math=config.math, ifeval=config.ifeval, code=config.code, domains=domains)
         self.failures: Counter[str] = Counter()
         """No-verdict count per domain since the start (for logs; metrics count per batch)."""
         self._lock = threading.Lock()
