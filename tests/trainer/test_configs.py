@@ -275,9 +275,9 @@ def test_a_typo_in_an_override_names_the_override():
 
 
 def test_a_bad_value_names_where_it_was_set():
-    with pytest.raises(ConfigError, match=r"methods/label.yaml:\d+ \(with --set method.routing.teachers=\[math_teacher, "
-                                          r"code_teacher\]\): method.routing: routing.label_map names "
-                                          r"unregistered teachers \['ifeval_teacher'\]"):
+    with pytest.raises(ConfigError, match=r"methods/label.yaml:\d+ \(with --set method.routing.teachers="
+                                          r"\[math_teacher, code_teacher\]\): method.routing: routing.label_map "
+                                          r"names unregistered teachers \['ifeval_teacher'\]"):
         load("recipes/student_opd", "models/tiny", "methods/label",
              overrides=["method.routing.teachers=[math_teacher, code_teacher]"])
 
