@@ -65,8 +65,11 @@ SUMMARY_CHANNEL = {d: HIDDEN - 3 + i for i, d in enumerate(DOMAINS)}
 RESERVED = [BIAS_CHANNEL, *MARKER_CHANNEL.values(), *SUMMARY_CHANNEL.values()]
 ATTENTION_LAYER = NUM_LAYERS - 1  # the 3:1 pattern puts full attention last
 HEAD_DIM = 32
+GDN_HEAD_DIM = 64
+"""Gated DeltaNet key and value head size: the smallest vLLM's CPU kernel serves (with bfloat16 weights)."""
 MARKER_FILE = "complete.json"
-SPEC = {"version": 2, "arch": "qwen3_5", "vocab_size": VOCAB_SIZE, "seed": SEED, "num_layers": NUM_LAYERS,
+SPEC = {"version": 3, "arch": "qwen3_5", "vocab_size": VOCAB_SIZE, "seed": SEED, "num_layers": NUM_LAYERS,
+        "gdn_head_dim": GDN_HEAD_DIM,
         "embed_scale": EMBED_SCALE, "sharpness": STUDENT_SHARPNESS, "tokens_per_domain": TOKENS_PER_DOMAIN,
         "bias": BIAS, "marker": MARKER, "summary_gain": SUMMARY_GAIN, "lean": LEAN}
 
@@ -88,7 +91,9 @@ def build_demo_models(root: str | Path) -> Path:
     tokenizer = build_tiny_tokenizer(root / "tokenizer", flavor="qwen3.5", vocab_size=VOCAB_SIZE)
     with tempfile.TemporaryDirectory(prefix=".base-", dir=root) as tmp:
         base = build_tiny_hf_checkpoint(Path(tmp) / "base", arch=SPEC["arch"], vocab_size=VOCAB_SIZE, seed=SEED,
-                                        num_layers=NUM_LAYERS, tokenizer_dir=tokenizer)
+                                        num_layers=NUM_LAYERS, tokenizer_dir=tokenizer,
+                                        overrides={"linear_key_head_dim": GDN_HEAD_DIM,
+                                                   "linear_value_head_dim": GDN_HEAD_DIM})
         student = student_weights(load_file(base / "model.safetensors"), domain_tokens(tokenizer))
         _write_copy(base, root / "student", student)
         summaries = prompt_summaries(root / "student")
