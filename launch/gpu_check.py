@@ -319,7 +319,7 @@ def run_kernels(session: Session, limit: float) -> list[Check]:
         runs = {"main": (["--shapes", every, "--impls", "floor,dnmopd,torch,liger,cce", "--repeats", "3",
                           "--time-budget", str(int(0.45 * limit))], 0.6 * limit),
                 "peers": (["--shapes", "qwen3.5-9b-tp1,qwen3.5-9b-tp8", "--impls",
-                           "floor,torch_compile,dnmopd:logits_dtype=float32", "--repeats", "3",
+                           "floor,floor_chunked,torch_compile,dnmopd:logits_dtype=float32", "--repeats", "3",
                            "--time-budget", str(int(0.25 * limit))], 0.4 * limit)}
     rows = []
     for name, (options, share) in runs.items():
@@ -389,8 +389,10 @@ def orchestrate(args) -> int:
             limit = session.time_left(section)
             if limit is None:
                 rows.append(Check(section, "section", "skip", note=f"the --budget of {args.budget:.0f} s is spent"))
-                continue
-            rows += RUNNERS[section](session, limit)
+            elif args.device == "cuda" and session.facts.get("gpus") == 0:
+                rows.append(Check(section, "section", "skip", note="no CUDA device visible (--device cpu runs here)"))
+            else:
+                rows += RUNNERS[section](session, limit)
     meta = {"device": session.facts.get("device", args.device), "tiny": args.tiny,
             "time": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "commit": _commit(),
             "seconds": round(time.monotonic() - session.started, 1),
@@ -454,7 +456,7 @@ def section_environment(args, log: RowLog) -> None:
     log.info("torch CUDA build", torch.version.cuda or "none")
     log.info("TF32 allowed (float32 matmuls / cuDNN convolutions)",
              f"{torch.backends.cuda.matmul.allow_tf32} / {torch.backends.cudnn.allow_tf32}",
-             note="torch's defaults, which the trainer runs with (it has no option for them)")
+             note="torch's defaults; the trainer check's runs set NVIDIA_TF32_OVERRIDE=0 (the trainer has no option)")
     if args.device == "cuda":
         log.expect("CUDA device visible", torch.cuda.is_available(), facts["gpus"])
         if torch.cuda.is_available():
@@ -462,7 +464,8 @@ def section_environment(args, log: RowLog) -> None:
             facts["device"] = props.name
             log.info("GPU", props.name, note=f"{props.total_memory / 2**30:.1f} GiB, capability "
                                              f"{props.major}.{props.minor}, {props.multi_processor_count} SMs")
-            log.info("NCCL", ".".join(map(str, torch.cuda.nccl.version())))
+            nccl = torch.cuda.nccl.version()
+            log.info("NCCL", ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl))
             smi = shutil.which("nvidia-smi")
             if smi:
                 query = "--query-gpu=driver_version,clocks.sm,clocks.max.sm,power.limit"
@@ -540,11 +543,6 @@ def main(argv=None) -> int:
     if args.download_wheels:
         return download_wheels(args.download_wheels)
     if args.section:
-        if args.device == "cuda":
-            import torch
-
-            torch.backends.cuda.matmul.allow_tf32 = False  # float32 means float32: the CPU comparisons need it
-            torch.backends.cudnn.allow_tf32 = False
         IN_PROCESS[args.section](args, RowLog(args.rows, args.label or args.section))
         return 0
     temporary = args.work is None

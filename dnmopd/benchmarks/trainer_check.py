@@ -37,16 +37,19 @@ SIZES = {  # per update: prompts x samples, new tokens; packed micro-batches of 
     "tiny": {"prompts": 3, "samples": 2, "new_tokens": 8, "micro_batch_tokens": 256, "lr": 1e-3},
     "full": {"prompts": 4, "samples": 2, "new_tokens": 16, "micro_batch_tokens": 512, "lr": 1e-4},
 }
-ENGINE_LOGPROB_TOLERANCE = 2e-3
-"""Mean |log p trainer - log p rollout engine| per response token, both float32 (the CPU demo: about 1e-6)."""
+ENGINE_LOGPROB_TOLERANCE = 2e-2
+"""Mean |log p trainer - log p rollout engine| per response token, both float32 (the CPU demo: about 1e-6; FLA's
+kernels in the engine take float32 dots in TF32, about 1e-3 here; a wrong weight sync or mask gives 0.1 and more)."""
 RESUME_TOLERANCE = 1e-5
 """Relative difference of the resumed run's second update (metrics, weights) from the uninterrupted run's."""
-CPU_TOLERANCE = 2e-3
-"""Relative difference of one update's metrics on the device from the same update on the CPU (float32)."""
+CPU_TOLERANCE = 5e-3
+"""Relative difference of one update's metrics on the device from the same update on the CPU (float32, cuBLAS and
+cuDNN without TF32; FLA's kernels, where the student trains through them, with it)."""
 CPU_WEIGHT_TOLERANCE = 1e-2
 """max |w_device - w_cpu| after one update, relative to the update's largest weight change on the CPU."""
-RELOAD_TOLERANCE = 2e-3
-"""max |logit| difference of the release in transformers on the device vs on the CPU, relative to the max |logit|."""
+RELOAD_TOLERANCE = 1e-2
+"""max |logit| difference of the release in transformers on the device vs on the CPU, relative to the max |logit|
+(transformers takes FLA's kernels, with TF32 dots, on a GPU where FLA is importable)."""
 WALL_CLOCK = ("time", "timeline/", "throughput/")
 NOISE_METRICS = ("train_rollout_logprob_abs_diff",)
 """Engine-vs-trainer numerics, noise-sized by design: judged alone (ENGINE_LOGPROB_TOLERANCE), not across runs."""
@@ -87,25 +90,35 @@ def parameter_count(folder: Path) -> int:
 
 
 class TrainerRun:
-    """One training run in a child process, its output in <run>.log beside the run folder."""
+    """One training run (`what` it is) in a child process, its output in <run>.log beside the run folder."""
 
-    def __init__(self, command: list[str], run_dir: Path, engines: str, *, cwd: Path, cpu_only: bool = False):
-        self.run_dir, self.engines, self.started = run_dir, engines, time.monotonic()
-        env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": ""} if cpu_only else {})}
+    def __init__(self, command: list[str], run_dir: Path, engines: str, what: str, *, cwd: Path,
+                 cpu_only: bool = False):
+        self.run_dir, self.engines, self.what, self.started = run_dir, engines, what, time.monotonic()
+        self.ok: bool | None = None
+        env = dict(os.environ)
+        if engines == "cpu":  # two such runs share the CPU
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 2) // 2)))
+        if cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env["NVIDIA_TF32_OVERRIDE"] = "0"  # float32 in cuBLAS and cuDNN (convolutions allow TF32 by default)
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         self.log_path = run_dir.with_suffix(".log")
         with open(self.log_path, "w", encoding="utf-8") as log:
             self.proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    def finish(self, log: RowLog, what: str) -> bool:
-        code = self.proc.wait()
-        seconds = round(time.monotonic() - self.started, 1)
-        output = self.output
-        print(f"----- {self.run_dir.name} ({what}): exit {code} after {seconds} s; its last lines:\n"
-              + "\n".join(output.splitlines()[-40:]), flush=True)
-        log.expect(f"run {self.run_dir.name}: {what}", code == 0, seconds,
-                   note="seconds" if code == 0 else f"exit {code}: {output[-1200:]}")
-        return code == 0
+    def finish(self, log: RowLog) -> bool:
+        """Wait for the run and report it (once); whether it succeeded."""
+        if self.ok is None:
+            code = self.proc.wait()
+            seconds = round(time.monotonic() - self.started, 1)
+            output = self.output
+            print(f"----- {self.run_dir.name} ({self.what}): exit {code} after {seconds} s; its last lines:\n"
+                  + "\n".join(output.splitlines()[-40:]), flush=True)
+            self.ok = code == 0
+            log.expect(f"run {self.run_dir.name}: {self.what}", self.ok, seconds,
+                       note="seconds until collected" if self.ok else f"exit {code}: {output[-1200:]}")
+        return self.ok
 
     def metrics(self) -> list[dict]:
         return [json.loads(line) for line in (self.run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -161,30 +174,36 @@ class TrainerCheck:
                       f"TP {self.tensor} PP {self.pipeline}; models ready in {time.monotonic() - tick:.0f} s")
         runs, device = self.root / "runs", self.device
 
-        def start(name, updates, engines, optimizer="adam", cpu_only=False):
+        def start(name, updates, engines, what, optimizer="adam", cpu_only=False):
             command = self.command(models, runs / name, updates=updates, engines=engines, optimizer=optimizer)
-            return TrainerRun(command, runs / name, engines, cwd=self.repo, cpu_only=cpu_only)
+            return TrainerRun(command, runs / name, engines, what, cwd=self.repo, cpu_only=cpu_only)
 
-        # the CPU reference runs beside the device's runs on a GPU machine, before them on a CPU
-        reference = start("cpu_reference", 1, "cpu", "sgd", cpu_only=True)
-        reference_ok = device == "cuda" or reference.finish(log, "1 update on the CPU (the reference), SGD")
-        main = start("main", 2, device)
-        if main.finish(log, f"2 updates on {device}, in-process engines and teachers on {device}"):
-            with log.guard("updates of the main run"):
-                update_checks(main.metrics(), log)
-            with log.guard("checkpoint + exact resume"):
-                resume_checks(main, start, log)
-            for run in ("main", "resumed"):
-                shutil.rmtree(runs / run / "checkpoints", ignore_errors=True)  # disk: GBs each at full size
-            with log.guard("release reloaded in transformers"):
-                release_checks(runs / "main" / "release", student, device, log)
-        engines_on_cpu = start("device_cpu_engines", 1, "cpu", "sgd")
-        engines_ok = engines_on_cpu.finish(log, f"1 update on {device}, engines and teachers on the CPU, SGD")
-        if device == "cuda":
-            reference_ok = reference.finish(log, "1 update on the CPU (the reference), SGD")
-        for run in ("device_cpu_engines", "cpu_reference"):
-            shutil.rmtree(runs / run / "checkpoints", ignore_errors=True)
-        if engines_ok and reference_ok:
+        # the two SGD runs of the CPU comparison, mostly CPU work, run beside the device's runs on a GPU machine and
+        # before them on a CPU (where running them together only slows each down)
+        comparison = []
+        for name, what in (("cpu_reference", "1 update on the CPU (the reference), SGD"),
+                           ("device_cpu_engines", f"1 update on {device}, engines and teachers on the CPU, SGD")):
+            comparison.append(start(name, 1, "cpu", what, "sgd", cpu_only=name == "cpu_reference"))
+            if device != "cuda":
+                comparison[-1].finish(log)
+        try:
+            main = start("main", 2, device, f"2 updates on {device}, in-process engines and teachers on {device}")
+            if main.finish(log):
+                shutil.rmtree(main.run_dir / "checkpoints" / "iter_0000002", ignore_errors=True)  # GBs at full size
+                with log.guard("updates of the main run"):
+                    update_checks(main.metrics(), log)
+                with log.guard("checkpoint + exact resume"):
+                    resume_checks(main, start, log)
+                for run in ("main", "resumed"):
+                    shutil.rmtree(runs / run / "checkpoints", ignore_errors=True)
+                with log.guard("release reloaded in transformers"):
+                    release_checks(main.run_dir / "release", student, device, log)
+        finally:
+            finished = [run.finish(log) for run in comparison]
+        for run in comparison:
+            shutil.rmtree(run.run_dir / "checkpoints", ignore_errors=True)
+        if all(finished):
+            reference, engines_on_cpu = comparison
             with log.guard("CPU path, same seed"):
                 cpu_path_checks(engines_on_cpu, reference, student, device, log)
 
@@ -207,17 +226,16 @@ def update_checks(records: list[dict], log: RowLog) -> None:
 
 
 def resume_checks(main: TrainerRun, start, log: RowLog) -> None:
-    """A copy of the main run without its second update (the checkpoint of update 1 linked, not copied) resumes and
-    must repeat update 2: the same metrics and the same released weights."""
+    """A copy of the main run without its second update (the checkpoint of update 1 linked, not copied; the second
+    one is deleted already) resumes and must repeat update 2: the same metrics and the same released weights."""
     resumed_dir = main.run_dir.parent / "resumed"
 
     def copy(source, target):  # the resumed run only reads the checkpoint's files
         (os.link if f"{os.sep}checkpoints{os.sep}" in source else shutil.copy2)(source, target)
 
-    shutil.copytree(main.run_dir, resumed_dir, copy_function=copy,
-                    ignore=shutil.ignore_patterns("iter_0000002", "release"))
-    resumed = start("resumed", 2, main.engines)
-    if not resumed.finish(log, "the main run resumed from its checkpoint of update 1"):
+    shutil.copytree(main.run_dir, resumed_dir, copy_function=copy, ignore=shutil.ignore_patterns("release"))
+    resumed = start("resumed", 2, main.engines, "the main run resumed from its checkpoint of update 1")
+    if not resumed.finish(log):
         return
     log.expect("resumed from the checkpoint of update 1", "(update 1)" in resumed.output)
     difference, key = metric_difference(resumed.metrics()[1], main.metrics()[1])
@@ -307,6 +325,7 @@ def release_logits(folder: Path, device: str):
 
     from dnmopd.hf.models import load_causal_lm
 
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # float32 means float32
     model = load_causal_lm(str(folder), device=device, dtype="float32", attn_implementation="sdpa")
     ids = torch.randint(0, model.config.vocab_size, (1, 96), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
