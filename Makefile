@@ -10,7 +10,7 @@ DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
 SOURCES := $(shell find dnmopd native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
 
-.PHONY: venv demo demo-label demo-compare test lint clean vllm-env sglang-env
+.PHONY: venv demo demo-label demo-compare test lint clean vllm-env sglang-env gpu-check gpu-wheels
 
 venv: $(PKG)
 
@@ -97,6 +97,19 @@ $(SGLANG_ENV)/.complete:
 	$(SGLANG_ENV)/bin/pip install --quiet --disable-pip-version-check sglang==$(SGLANG_VERSION)
 	PYTHONPATH=dnmopd/serving/sglang_cpu $(SGLANG_ENV)/bin/python -c "import sglang.launch_server, vllm._custom_ops"
 	touch $@
+
+# The GPU path in one command (launch/gpu_check.py; docs/benchmarks.md, "GPU check"): every section on this machine's
+# GPU, the report in GPU_CHECK_OUT. GPU_CHECK_ARGS="--device cpu --tiny" runs it at toy size on a CPU, as a test of
+# make test does (tests/test_gpu_check.py).
+GPU_CHECK_OUT ?= runs/gpu-check
+gpu-check: $(PKG)
+	$(PY) launch/gpu_check.py --out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# The wheels a GPU machine without network needs besides its image (CPython 3.12, manylinux x86-64; under 50 MiB).
+# There, from the checkout: python3 launch/gpu_check.py --wheels $(GPU_WHEELS) --out OUT
+GPU_WHEELS ?= build/gpu-wheels
+gpu-wheels:
+	$(PYTHON) launch/gpu_check.py --download-wheels $(GPU_WHEELS)
 
 lint: $(PKG)
 	$(VENV)/bin/ruff check dnmopd launch tests docs

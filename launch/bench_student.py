@@ -32,29 +32,21 @@ import statistics
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-DOMAIN_MEANS = {"math": 4600, "code": 5200, "ifeval": 111}  # reference-behavior 9.2, 4B at update 0
-LONGEST_PROMPT = 1228  # reference-behavior 4.1: the longest prompt of the paper's data
-PRESETS = {
-    "tiny": {},
-    # the real Qwen3.5-2B layer shapes (random weights); --layers of them
-    "qwen3.5-2b": {"hidden_size": 2048, "intermediate_size": 6144, "num_attention_heads": 8,
-                   "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
-                   "linear_num_value_heads": 16, "linear_key_head_dim": 128, "linear_value_head_dim": 128},
-}
+from dnmopd.benchmarks.paper_batch import GAMMA_SHAPE, PRESETS, PROMPT_MEAN, RESPONSE_CAP, LengthMix
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=int, default=64, help="prompts per batch (default 64, the paper's)")
     p.add_argument("--samples", type=int, default=8, help="responses per prompt (default 8, the paper's)")
-    p.add_argument("--cap", type=int, default=8192, help="response length cap (default 8192; the paper's 8K)")
-    p.add_argument("--gamma-shape", type=float, default=2.0, help="shape of the response-length gamma (default 2)")
-    p.add_argument("--prompt-mean", type=float, default=300.0, help="mean prompt length in tokens (default 300)")
+    p.add_argument("--cap", type=int, default=RESPONSE_CAP, help="response length cap (default 8192; the paper's 8K)")
+    p.add_argument("--gamma-shape", type=float, default=GAMMA_SHAPE,
+                   help="shape of the response-length gamma (default 2)")
+    p.add_argument("--prompt-mean", type=float, default=PROMPT_MEAN, help="mean prompt length in tokens (default 300)")
     p.add_argument("--micro-batch-tokens", type=int, default=16384,
                    help="train.micro_batch_tokens at full scale (default 16384, the recipes')")
     p.add_argument("--accounting-pipelines", default="1,2,4", help="PP sizes of the token accounting (1,2,4)")
@@ -84,76 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-# ------------------------------------------------------------------------------------------------ the batch
-def _capped_gamma_mean(shape: float, scale: float, cap: float) -> float:
-    """E[min(X, cap)] for X ~ Gamma(shape, scale): shape*scale*P(shape+1, cap/scale) + cap*(1 - P(shape, cap/scale))."""
-    k, x = torch.tensor(shape, dtype=torch.float64), torch.tensor(cap / scale, dtype=torch.float64)
-    return float(shape * scale * torch.special.gammainc(k + 1, x) + cap * (1 - torch.special.gammainc(k, x)))
-
-
-def gamma_scale_for_capped_mean(mean: float, shape: float, cap: float) -> float:
-    """The scale whose capped gamma has `mean` (bisection in log space; the capped mean grows with the scale)."""
-    if not 0 < mean < cap:
-        raise ValueError(f"a capped mean must lie in (0, cap={cap}), got {mean}")
-    low, high = 1e-9 * mean, 1e6 * mean
-    for _ in range(200):
-        middle = (low * high) ** 0.5
-        low, high = (middle, high) if _capped_gamma_mean(shape, middle, cap) < mean else (low, middle)
-    return (low * high) ** 0.5
-
-
-@dataclass
-class LengthMix:
-    domains: list[str]
-    prompt_lens: list[int]
-    response_lens: list[int]
-    cap: int
-
-    @classmethod
-    def draw(cls, args, scale: float = 1.0) -> LengthMix:
-        """The paper's mix (see the module docstring), every length then multiplied by `scale` (at least 1)."""
-        cap = max(1, round(args.cap * scale))
-        names = list(DOMAIN_MEANS)
-        domains, prompts, responses = [], [], []
-        prompt_scale = gamma_scale_for_capped_mean(args.prompt_mean, 2.0, LONGEST_PROMPT)
-        with torch.random.fork_rng():
-            torch.manual_seed(args.seed)
-            for i in range(args.prompts):
-                domain = names[i * len(names) // args.prompts]
-                prompt = _draw_gamma(2.0, prompt_scale, LONGEST_PROMPT, 1)[0]
-                response_scale = gamma_scale_for_capped_mean(DOMAIN_MEANS[domain], args.gamma_shape, args.cap)
-                domains += [domain] * args.samples
-                prompts += [max(1, round(prompt * scale))] * args.samples
-                responses += [max(1, min(cap, round(n * scale)))
-                              for n in _draw_gamma(args.gamma_shape, response_scale, args.cap, args.samples)]
-        return cls(domains, prompts, responses, cap)
-
-    def summary(self) -> dict:
-        out = {}
-        for domain in DOMAIN_MEANS:
-            lengths = [n for d, n in zip(self.domains, self.response_lens, strict=True) if d == domain]
-            out[domain] = {"responses": len(lengths), "mean_response": statistics.fmean(lengths),
-                           "cap_rate": sum(n >= self.cap for n in lengths) / len(lengths),
-                           "token_share": sum(lengths) / sum(self.response_lens)}
-        out["response_tokens"] = sum(self.response_lens)
-        out["real_tokens"] = sum(self.prompt_lens) + sum(self.response_lens)
-        return out
-
-    def train_batch(self, vocab_size: int, seed: int):
-        from dnmopd.trainer.step.batch import TrainBatch
-
-        gen = torch.Generator().manual_seed(seed)
-        prompts = [torch.randint(0, vocab_size, (n,), generator=gen).tolist() for n in self.prompt_lens]
-        responses = [torch.randint(0, vocab_size, (n,), generator=gen).tolist() for n in self.response_lens]
-        zeros = [torch.zeros(n) for n in self.response_lens]
-        domain_ids = [list(DOMAIN_MEANS).index(d) for d in self.domains]
-        return TrainBatch.from_rows(prompts, responses, zeros, zeros, domain_ids)
-
-
-def _draw_gamma(shape: float, scale: float, cap: float, count: int) -> list[int]:
-    rate = torch.tensor(1 / scale, dtype=torch.float64)
-    lengths = torch.distributions.Gamma(torch.tensor(shape, dtype=torch.float64), rate).sample((count,))
-    return lengths.round().clamp(max=cap).long().tolist()
+def draw_mix(args, scale: float = 1.0) -> LengthMix:
+    return LengthMix.draw(args.prompts, args.samples, cap=args.cap, gamma_shape=args.gamma_shape,
+                          prompt_mean=args.prompt_mean, seed=args.seed, scale=scale)
 
 
 # ------------------------------------------------------------------------------------------------ accounting
@@ -308,7 +233,7 @@ def main(argv=None) -> int:
     from dnmopd.student import init_distributed
     from dnmopd.student.cpu_compat import cpu_compat
 
-    mix = LengthMix.draw(args)
+    mix = draw_mix(args)
     report = {"args": {k: str(v) for k, v in vars(args).items()}, "mix": mix.summary()}
     if not args.no_timing:  # the accounting needs no process group
         init_distributed()
@@ -327,7 +252,7 @@ def main(argv=None) -> int:
         with cpu_compat():
             try:
                 student = build_student(args, work)
-                timed = LengthMix.draw(args, scale)
+                timed = draw_mix(args, scale)
                 max_tokens = max(1, round(args.micro_batch_tokens * scale))
                 report["timing"] = {"length_scale": scale, "micro_batch_tokens": max_tokens,
                                     "real_tokens": timed.summary()["real_tokens"], "preset": args.preset,

@@ -1,11 +1,13 @@
 """Student checks on one CUDA GPU, in one run: megatron vs Hugging Face logits/gradients, FLA vs torch GDN,
 packed (THD) vs padded sequences through every layer backend (torch/FLA GDN, local/Transformer Engine attention).
+The student section of launch/gpu_check.py, which runs it as
 
-    PYTHONPATH=. python tests/student/gpu_check.py --out "$OUT"     # from the repository root
+    python tests/student/gpu_check.py --out DIR --rows DIR/rows.jsonl     # from the repository root
 
 Needs megatron-core (0.16.1+ / 0.19.x), transformers, safetensors, psutil; FLA (``flash-linear-attention`` +
-``fla-core``) to check the FLA path. Writes ``$OUT/student_gpu_check.json`` and prints a table; exits 1 if
-a required check fails. ``--device cpu`` runs the same script on a CPU machine (torch GDN only), to test it.
+``fla-core``) to check the FLA path. Writes ``DIR/student_gpu_check.json`` (and each check as a row of
+launch/gpu_check.py's report to ``--rows``); exits 1 if a required check fails. ``--device cpu`` runs the same
+script on a CPU (torch GDN, local attention), each GPU-only check reported as skipped with its reason.
 
 Hugging Face references are computed first with FLA hidden from transformers, so they come from its pure
 torch implementation and are independent of FLA.
@@ -16,27 +18,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
-import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # student_helpers (test tokenizer, round-trip check)
 
+from dnmopd.benchmarks.gpu_report import RowLog  # noqa: E402
+
 VOCAB = 300
 TOLERANCE = {"torch": 1e-4, "fla": 2e-3}  # FLA's Triton dots may use TF32
-RESULTS: list[dict] = []
+LOG = RowLog(None, "student")  # main() points it at --rows
 
 
-def record(name: str, value, limit=None, *, required: bool = True, note: str = "", ok: bool | None = None) -> None:
-    if ok is None and limit is not None:
-        ok = value is not None and value <= limit
-    RESULTS.append({"check": name, "value": value, "limit": limit, "ok": ok, "required": required, "note": note})
-    verdict = "" if ok is None else ("ok" if ok else "FAIL")
-    print(f"{name:58s} {str(value)[:60]:>26s}  limit {limit!s:>8s}  {verdict}", flush=True)
+def fla_unusable(device) -> str | None:
+    """Why the FLA path cannot run here (None: it can)."""
+    from dnmopd.student.gated_delta_rule import HAVE_FLA
+
+    if device.type != "cuda":
+        return "FLA's kernels run on CUDA only"
+    return None if HAVE_FLA else "flash-linear-attention is not installed"
+
+
+def te_unusable(device) -> str | None:
+    """Why Transformer Engine's layers cannot run here (None: they can)."""
+    from dnmopd.student.specs import HAVE_TE
+
+    if device.type != "cuda":
+        return "Transformer Engine runs on CUDA only"
+    return None if HAVE_TE else "transformer-engine is not installed"
 
 
 def hf_references(paths: dict, device: torch.device, ids: torch.Tensor, weights: torch.Tensor) -> dict:
@@ -74,17 +89,19 @@ def check_model(paths, refs, ids, weights, device) -> None:
     from dnmopd.student.gated_delta_rule import HAVE_FLA, fla_backward_is_broken
     from dnmopd.student.logits import forward_logits
 
-    backends = ["torch"] + (["fla"] if HAVE_FLA and device.type == "cuda" else [])
+    backends = ["torch"] + ([] if fla_unusable(device) else ["fla"])
+    if fla_unusable(device):
+        LOG.skip("qwen3_5 logits vs HF, gdn=fla (forward)", fla_unusable(device))
     for name, path in paths.items():
         for backend in backends if name == "qwen3_5" else ["torch"]:
             dims = ParallelDims.Config().build()
             student = Student.from_hf(path, dims, BuildOptions(dtype="float32", gdn_backend=backend))
             diff = (forward_logits(student, ids) - refs[name]["logits"]).abs().max().item()
-            record(f"{name} logits vs HF, gdn={backend} (forward)", diff, TOLERANCE[backend])
+            LOG.judge(f"{name} logits vs HF, gdn={backend} (forward)", diff, TOLERANCE[backend])
             if name == "qwen3_5" and backend == "torch":
                 from student_helpers import roundtrip_mismatches
 
-                record("qwen3_5 HF->megatron->HF mismatching tensors", len(roundtrip_mismatches(student, path)), 0)
+                LOG.judge("qwen3_5 HF->megatron->HF mismatching tensors", len(roundtrip_mismatches(student, path)), 0)
             dims.destroy()
     # backward: "auto" takes FLA when its backward is usable, else the torch chunked form (with a warning)
     dims = ParallelDims.Config().build()
@@ -95,17 +112,18 @@ def check_model(paths, refs, ids, weights, device) -> None:
     path_used = "fla" if HAVE_FLA and device.type == "cuda" and not fla_backward_is_broken() else "torch"
     diff = grad_rel_diff(student, model, refs["qwen3_5"]["grads"])
     limit = 2e-3 if path_used == "fla" else 5e-4
-    record(f"qwen3_5 grads vs HF (rel), backward via {path_used}", diff, limit,
-           note=f"fla_backward_is_broken={fla_backward_is_broken()}")
+    LOG.judge(f"qwen3_5 grads vs HF (rel), backward via {path_used}", diff, limit,
+              note=f"fla_backward_is_broken={fla_backward_is_broken()}")
     dims.destroy()
 
 
 def check_fla_backward_refusal(path, ids, device) -> None:
     """Record what FLA itself does when asked for the backward (informational)."""
     from dnmopd.student import BuildOptions, ParallelDims, Student
-    from dnmopd.student.gated_delta_rule import HAVE_FLA, fla_backward_is_broken
+    from dnmopd.student.gated_delta_rule import fla_backward_is_broken
 
-    if not (HAVE_FLA and device.type == "cuda"):
+    if fla_unusable(device):
+        LOG.skip("forced gdn=fla backward", fla_unusable(device))
         return
     dims = ParallelDims.Config().build()
     model = Student.from_hf(path, dims, BuildOptions(dtype="float32", gdn_backend="fla")).chunks[0]
@@ -114,7 +132,7 @@ def check_fla_backward_refusal(path, ids, device) -> None:
         outcome = "ran"
     except Exception as error:  # noqa: BLE001 - the message is the result
         outcome = f"raised: {str(error)[:120]}"
-    record("forced gdn=fla backward", outcome, required=False, note=f"predicted broken={fla_backward_is_broken()}")
+    LOG.info("forced gdn=fla backward", outcome, note=f"predicted broken={fla_backward_is_broken()}")
     dims.destroy()
 
 
@@ -132,10 +150,10 @@ def check_checkpoint_and_release(paths, work: Path, ids, device) -> None:
     dims.destroy()
     dims = ParallelDims.Config().build()
     loaded = Student.from_checkpoint(work / "ckpt", dims)
-    record("checkpoint save/load logits diff", (forward_logits(loaded, ids) - before).abs().max().item(), 1e-6)
+    LOG.judge("checkpoint save/load logits diff", (forward_logits(loaded, ids) - before).abs().max().item(), 1e-6)
     tokenizer = build_test_tokenizer(work / "tokenizer")
     write_release(loaded, work / "release", tokenizer=tokenizer, tolerance=1e-3, log=lambda *_: None)
-    record("release written and verified", 0 if (work / "release" / "config.json").is_file() else 1, 0)
+    LOG.expect("release written and verified", (work / "release" / "config.json").is_file())
     dims.destroy()
 
 
@@ -174,13 +192,16 @@ def _packed_and_padded(model, lengths, device) -> dict:
 def check_packing(paths, device) -> None:
     """Packed vs padded through each layer backend: TE's THD attention and FLA's cu_seqlens where installed."""
     from dnmopd.student import BuildOptions, ParallelDims, Student
-    from dnmopd.student.gated_delta_rule import HAVE_FLA
-    from dnmopd.student.specs import HAVE_TE
 
-    cuda = device.type == "cuda"
     variants = [("float32", "local", "torch"), ("bfloat16", "local", "torch")]
-    variants += [("bfloat16", "local", "fla")] if HAVE_FLA and cuda else []
-    variants += [("bfloat16", "transformer_engine", "fla" if HAVE_FLA else "torch")] if HAVE_TE and cuda else []
+    if fla_unusable(device):
+        LOG.skip("packed, bfloat16/local/gdn=fla", fla_unusable(device))
+    else:
+        variants.append(("bfloat16", "local", "fla"))
+    if te_unusable(device):
+        LOG.skip("packed, bfloat16/transformer_engine (THD attention)", te_unusable(device))
+    else:
+        variants.append(("bfloat16", "transformer_engine", "torch" if fla_unusable(device) else "fla"))
     for name in ("qwen3_5", "qwen3"):
         reference = None
         for dtype, impl, backend in variants:
@@ -196,20 +217,20 @@ def check_packing(paths, device) -> None:
                 dims.destroy()
             reference = reference or out["padded"]  # float32, local attention, torch GDN, right-padded
             hidden_limit, grad_limit = PACKED_TOLERANCE[dtype]
-            record(f"{label}: hidden vs padded (rel)", _rel(out["packed"][0], out["padded"][0]), hidden_limit)
+            LOG.judge(f"{label}: hidden vs padded (rel)", _rel(out["packed"][0], out["padded"][0]), hidden_limit)
             # informational: bfloat16 weights and activations alone move a random tiny model's states by ~0.2
-            record(f"{label}: hidden vs float32 padded reference (rel)", _rel(out["packed"][0], reference[0]),
-                   required=False)
+            LOG.info(f"{label}: hidden vs float32 padded reference (rel)", _rel(out["packed"][0], reference[0]))
             grads = out["packed"][1]
             worst = max(_rel(grads[n], g) for n, g in out["padded"][1].items())
-            record(f"{label}: gradients vs padded (worst rel)", worst, grad_limit, required=dtype == "float32")
+            LOG.judge(f"{label}: gradients vs padded (worst rel)", worst, grad_limit, required=dtype == "float32")
 
 
 def check_fla_varlen(device) -> None:
     """FLA's gated delta rule with cu_seqlens vs the pure-torch chunked form with the same packed sequences."""
-    from dnmopd.student.gated_delta_rule import HAVE_FLA, gated_delta_rule
+    from dnmopd.student.gated_delta_rule import gated_delta_rule
 
-    if not (HAVE_FLA and device.type == "cuda"):
+    if fla_unusable(device):
+        LOG.skip("GDN FLA cu_seqlens vs torch packed", fla_unusable(device))
         return
     gen = torch.Generator(device=device).manual_seed(3)
     total = sum(PACKED_LENGTHS)
@@ -223,15 +244,16 @@ def check_fla_varlen(device) -> None:
         fla = gated_delta_rule(*bf16, g, beta.to(torch.bfloat16), backend="fla", lengths=PACKED_LENGTHS).float()
         unreset = gated_delta_rule(*bf16, g, beta.to(torch.bfloat16), backend="fla").float()
     diff = (fla - reference).abs().max().item()
-    record("GDN FLA cu_seqlens vs torch packed, max abs diff", diff, 5e-2)
-    record("GDN FLA without cu_seqlens differs (state carried across sequences)",
-           (unreset - reference).abs().max().item(), ok=(unreset - reference).abs().max().item() > 10 * diff)
+    LOG.judge("GDN FLA cu_seqlens vs torch packed, max abs diff", diff, 5e-2)
+    carried = (unreset - reference).abs().max().item()
+    LOG.expect("GDN FLA without cu_seqlens differs (state carried across sequences)", carried > 10 * diff, carried)
 
 
 def benchmark_gdn(device) -> None:
-    from dnmopd.student.gated_delta_rule import HAVE_FLA, gated_delta_rule
+    from dnmopd.student.gated_delta_rule import gated_delta_rule
 
     if device.type != "cuda":
+        LOG.skip("GDN forward ms, bf16 [1x4096, 16/32 heads x 128]", "a GPU timing")
         return
     gen = torch.Generator(device=device).manual_seed(0)
     shape = (1, 4096, 16)
@@ -240,7 +262,7 @@ def benchmark_gdn(device) -> None:
     g = -torch.rand(1, 4096, 32, device=device, generator=gen)
     beta = torch.rand(1, 4096, 32, device=device, generator=gen)
     outputs = {}
-    for backend in ["torch"] + (["fla"] if HAVE_FLA else []):
+    for backend in ["torch"] + ([] if fla_unusable(device) else ["fla"]):
         with torch.no_grad():
             for _ in range(2):
                 outputs[backend] = gated_delta_rule(q, k, v, g, beta, backend=backend)
@@ -250,23 +272,37 @@ def benchmark_gdn(device) -> None:
                 gated_delta_rule(q, k, v, g, beta, backend=backend)
             torch.cuda.synchronize()
         elapsed_ms = round((time.perf_counter() - start) / 5 * 1e3, 2)
-        record(f"GDN forward ms, bf16 [1x4096, 16/32 heads x 128], {backend}", elapsed_ms, required=False)
+        LOG.info(f"GDN forward ms, bf16 [1x4096, 16/32 heads x 128], {backend}", elapsed_ms)
     if "fla" in outputs:
         diff = (outputs["fla"].float() - outputs["torch"].float()).abs().max().item()
-        record("GDN bf16 FLA vs torch max abs diff", diff, 5e-2, required=False)
+        LOG.judge("GDN bf16 FLA vs torch max abs diff", diff, 5e-2, required=False)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--rows", type=Path, default=None, help="append each check to this JSON-lines file")
     args = parser.parse_args()
+    LOG.path = args.rows
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="student_gpu_check_"))
+    try:
+        env = run_checks(device, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    failed = [f"{r.name}" for r in LOG.rows if r.status == "fail"]
+    report = {"env": env, "results": [asdict(r) for r in LOG.rows], "failed": failed}
+    (args.out / "student_gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    print(f"\n{len(LOG.rows)} checks, {len(failed)} failed: {failed}", flush=True)
+    return 1 if failed else 0
+
+
+def run_checks(device, work: Path) -> dict:
     # Hide FLA until the HF references exist: transformers then binds its pure-torch GDN (independent of FLA).
     sys.modules["fla"] = None
 
@@ -286,6 +322,7 @@ def main() -> int:
     import transformers
 
     from dnmopd.student import init_distributed
+    from dnmopd.student.cpu_compat import cpu_compat
     from dnmopd.student.gated_delta_rule import HAVE_FLA
 
     init_distributed()
@@ -295,25 +332,20 @@ def main() -> int:
         "megatron_core": megatron.core.__version__, "fla": HAVE_FLA,
     }
     print(json.dumps(env), flush=True)
-    for step in (
-        lambda: check_model(paths, refs, ids, weights, device),
-        lambda: check_fla_backward_refusal(paths["qwen3_5"], ids, device),
-        lambda: check_checkpoint_and_release(paths, work, ids, device),
-        lambda: check_packing(paths, device),
-        lambda: check_fla_varlen(device),
-        lambda: benchmark_gdn(device),
-    ):
-        try:
-            step()
-        except Exception:  # noqa: BLE001 - keep going, report everything
-            traceback.print_exc()
-            record("exception", traceback.format_exc()[-1500:], ok=False)
-    failed = [r["check"] for r in RESULTS if r["required"] and r["ok"] is False]
-    report = {"env": env, "results": RESULTS, "failed": failed}
-    (args.out / "student_gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
-    print(f"\n{len(RESULTS)} checks, {len(failed)} failed: {failed}", flush=True)
+    steps = {
+        "megatron vs HF": lambda: check_model(paths, refs, ids, weights, device),
+        "forced FLA backward": lambda: check_fla_backward_refusal(paths["qwen3_5"], ids, device),
+        "checkpoint and release": lambda: check_checkpoint_and_release(paths, work, ids, device),
+        "packed vs padded": lambda: check_packing(paths, device),
+        "FLA cu_seqlens": lambda: check_fla_varlen(device),
+        "GDN timing": lambda: benchmark_gdn(device),
+    }
+    with cpu_compat():  # megatron-core on a CPU; nothing on a GPU
+        for name, step in steps.items():
+            with LOG.guard(name):  # keep going, report everything
+                step()
     torch.distributed.destroy_process_group()
-    return 1 if failed else 0
+    return env
 
 
 if __name__ == "__main__":

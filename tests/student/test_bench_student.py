@@ -1,4 +1,5 @@
-"""launch/bench_student.py: the paper's length mix and the token accounting (no model), the acceptance bound."""
+"""launch/bench_student.py: the paper's length mix (dnmopd.benchmarks.paper_batch) and the token accounting (no
+model), the acceptance bound."""
 
 import importlib.util
 import json
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from dnmopd.benchmarks.paper_batch import capped_gamma_mean, gamma_scale_for_capped_mean
 
 SCRIPT = Path(__file__).resolve().parents[2] / "launch" / "bench_student.py"
 
@@ -20,16 +23,16 @@ def bench():
     return module
 
 
-def test_capped_gamma_has_the_requested_mean(bench):
+def test_capped_gamma_has_the_requested_mean():
     for mean, shape, cap in ((4600, 2.0, 8192), (111, 2.0, 8192), (5200, 1.0, 16384)):
-        scale = bench.gamma_scale_for_capped_mean(mean, shape, cap)
-        assert bench._capped_gamma_mean(shape, scale, cap) == pytest.approx(mean, rel=1e-9)
+        scale = gamma_scale_for_capped_mean(mean, shape, cap)
+        assert capped_gamma_mean(shape, scale, cap) == pytest.approx(mean, rel=1e-9)
         with torch.random.fork_rng():  # the same mean by Monte Carlo
             torch.manual_seed(0)
             draws = torch.distributions.Gamma(torch.tensor(shape), torch.tensor(1 / scale)).sample((200_000,))
         assert draws.clamp(max=cap).mean().item() == pytest.approx(mean, rel=0.01)
     with pytest.raises(ValueError, match="capped mean"):
-        bench.gamma_scale_for_capped_mean(9000, 2.0, 8192)
+        gamma_scale_for_capped_mean(9000, 2.0, 8192)
 
 
 def test_paper_mix_accounting(bench, tmp_path):
