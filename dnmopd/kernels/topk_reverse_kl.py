@@ -68,8 +68,8 @@ def _candidate_stats(logits, candidates, vocab_start, inv_temp, tp_group, triton
     local = candidates - vocab_start
     mine = (candidates >= 0) & (local >= 0) & (local < n_cols)
     picked = logits.gather(1, local.clamp(0, n_cols - 1)).to(torch.float32) * inv_temp
-    stats = logprob_partials(logits, candidates[:, 0].clamp(min=0).contiguous(), vocab_start, 1.0 / inv_temp, False, None,
-                             triton_path)[0]
+    any_target = candidates[:, 0].clamp(min=0).contiguous()  # the pass's target entries are not used here
+    stats = logprob_partials(logits, any_target, vocab_start, 1.0 / inv_temp, False, None, triton_path)[0]
     k = candidates.shape[1]
     gathered = gather_token_stats(torch.cat([stats[:, :2], torch.where(mine, picked, 0.0), mine.float()], 1),
                                   tp_group)

@@ -28,7 +28,6 @@ import torch
 from dnmopd.serving.blocking import BlockingClient, run_blocking
 from dnmopd.serving.errors import ServingError
 
-
 TOPK_LOGPROB_SLACK = 1e-4
 """How far above 0 a returned log-prob (or a top-k row's total) may lie: float32 rounding, not a bad answer."""
 
