@@ -43,9 +43,10 @@ class SGLangTeacher(HttpTeacher):
         start = self.logprob_start
         if len(requests) == 1:
             return sglang_api.score_body(requests[0].token_ids, requests[0].prompt_len,
-                                         top_k=self.top_k(requests[0]), start=start)
+                                         top_k=self.top_k(requests[0]), flat_top_k=True, start=start)
         samples = [(r.token_ids, r.prompt_len) for r in requests]
-        return sglang_api.batch_score_body(samples, top_k=[self.top_k(r) for r in requests], start=start)
+        return sglang_api.batch_score_body(samples, top_k=[self.top_k(r) for r in requests], flat_top_k=True,
+                                           start=start)
 
     def _answers(self, payload: Any, count: int) -> list[Any]:
         return [payload] if count == 1 else sglang_api.parse_batch(payload, count)

@@ -170,28 +170,42 @@ def draw_report(run_dir: str | Path) -> list[Path]:
     return [p for p in drawn if p is not None]
 
 
+def running_mean(values: list[float]) -> list[float]:
+    total, out = 0.0, []
+    for i, value in enumerate(values, start=1):
+        total += value
+        out.append(total / i)
+    return out
+
+
 def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
-    """One figure of every run's per-domain probe KL (left), applied multipliers (middle) and gradient share
-    (right, when logged): colour = domain, line style = run."""
+    """One figure of every run's per-domain probe KL (left), applied multipliers (middle) and, when logged, share
+    of the gradient (right; running mean over the updates so far, as each batch draws its own mix of domains):
+    colour = domain, line style = run."""
     runs = [(Path(d).name, read_metrics(_metrics_file(Path(d)))) for d in run_dirs]
     if not any(series(records, "probe_kl/") for _, records in runs):
         raise ValueError(f"none of {[str(d) for d in run_dirs]} logged probe_kl/* (set logging.probe_every)")
-    panels = [("probe_kl/", "", "KL (nats/token)", "Reverse KL to the routed teacher, fixed probe set"),
-              ("dn/", "/applied", "applied multiplier w_d", "Domain multipliers")]
+    panels = [("probe_kl/", "", "KL (nats/token)", "Reverse KL to the routed teacher, fixed probe set", False),
+              ("dn/", "/applied", "applied multiplier w_d", "Domain multipliers", False)]
     if any(series(records, "share/gradient/") for _, records in runs):
-        panels.append(("share/gradient/", "", "share of the gradient", "Domain share of the gradient"))
+        panels.append(("share/gradient/", "", "share of the gradient (running mean)",
+                       "Domain share of the gradient", True))
     styles = ("-", "--", ":", "-.")
-    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.5))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6))
     colours: dict[str, str] = {}
-    for (name, records), style in zip(runs, styles * len(runs), strict=False):
-        for ax, (prefix, suffix, _, _) in zip(axes, panels, strict=True):
+    for (_, records), style in zip(runs, styles * len(runs), strict=False):
+        for ax, (prefix, suffix, _, _, smooth) in zip(axes, panels, strict=True):
             for domain, (steps, values) in sorted(series(records, prefix, suffix).items()):
                 colour = colours.setdefault(domain, f"C{len(colours)}")
-                ax.plot(steps, values, linestyle=style, color=colour, label=f"{domain} ({name})")
-    for ax, (_, _, ylabel, title) in zip(axes, panels, strict=True):
+                ax.plot(steps, running_mean(values) if smooth else values, linestyle=style, color=colour)
+    for ax, (_, _, ylabel, title, _) in zip(axes, panels, strict=True):
         ax.set(xlabel="update", ylabel=ylabel, title=title)
-        ax.legend(fontsize=7, ncol=2)
     axes[1].axhline(1.0, color="grey", linewidth=0.8)
+    handles = [plt.Line2D([], [], color=c, label=d) for d, c in colours.items()]
+    handles += [plt.Line2D([], [], color="black", linestyle=style, label=name)
+                for (name, _), style in zip(runs, styles * len(runs), strict=False)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, output)
