@@ -348,6 +348,10 @@ class TrainerConfig:
                 _require(self.method.routing.rule != "pool", "method.routing.rule",
                          "pool routing's target is a mixture of the teachers, whose top-k tokens differ: use "
                          "full_vocab_reverse_kl (in-process teachers) or sampled_token with it")
+                if (Path(self.student.hf_path) / "config.json").is_file():
+                    vocab = StudentArch.from_hf_dir(self.student.hf_path).vocab_size
+                    _require(self.method.loss.topk <= vocab, "method.loss.topk",
+                             f"{self.method.loss.topk} is more than the vocabulary of {self.student.hf_path} ({vocab})")
             if kind != "sampled_token":
                 _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
                          f"method.loss.kind {kind} supports one optimizer step per update")

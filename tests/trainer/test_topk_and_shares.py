@@ -50,3 +50,33 @@ def test_topk_with_few_candidates_is_below_the_exact_kl(demo_models, tmp_path):
     for domain in [d for d in DOMAINS if f"kl_full/{d}" in full]:
         assert 0 < topk[f"kl_topk/{domain}"] <= full[f"kl_full/{domain}"]
         assert 0 < topk[f"topk_mass/teacher/{domain}"] < 1
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["method.loss.topk=1025"], r"method.loss.topk: 1025 is more than the vocabulary of .* \(1024\)"),
+    (["method.routing.rule=pool", "method.routing.label_map={}"], r"method.routing.rule: pool routing's target"),
+    (["method.loss.topk=0"], r"loss.topk must be >= 1"),
+    (["train.optimizer_steps_per_update=2"], r"topk_reverse_kl supports one optimizer step per update"),
+    ([f"method.injection={{bank: {REPO / 'missing.pt'}}}", "rollout.verify=true",
+      "method.normalizer.multipliers=observe"],
+     r"injection .* topk_reverse_kl loss does not take"),
+])
+def test_topk_config_errors_name_the_key(demo_models, tmp_path, extra, message):
+    from dnmopd.config import ConfigError
+
+    overrides = tiny_overrides(demo_models, tmp_path) + ["method.loss.kind=topk_reverse_kl", *extra]
+    with pytest.raises(ConfigError, match=message):
+        load_config(TrainerConfig, [DEMO], overrides)
+
+
+def test_topk_refuses_teachers_without_any_top_k(demo_models, tmp_path):
+    from dnmopd.config import ConfigError
+
+    served = (f"{{backend: vllm, name: math_teacher, model_path: {demo_models / 'math_teacher'}, "
+              "pool: {urls: ['http://127.0.0.1:9']}}")
+    local = ", ".join(f"{{backend: inprocess, name: {d}_teacher, model_path: {demo_models / f'{d}_teacher'}}}"
+                      for d in ("code", "ifeval"))
+    overrides = tiny_overrides(demo_models, tmp_path) + ["method.loss.kind=topk_reverse_kl",
+                                                        f"teachers.models=[{served}, {local}]"]
+    with pytest.raises(ConfigError, match=r"method.loss.kind: topk_reverse_kl needs teachers .* \['math_teacher'\]"):
+        load_config(TrainerConfig, [DEMO], overrides)
