@@ -33,15 +33,20 @@ demo: $(PKG)
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
 		--config configs/demo_cpu.yaml
 
-# The Label-routed baseline of the demo (same seeds, data, models and probe set; runs/demo-cpu-label), and
-# both runs' per-domain probe KL and multipliers in one figure.
+# The Label-routed baseline of the demo (same seeds, data, models and probe set; runs/demo-cpu-label).
 demo-label: $(PKG)
 	$(PY) -m dnmopd.examples.demo_models runs/demo-models
 	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
 		--config configs/demo_cpu_label.yaml
 
+# DN-MOPD, Label and the rival token_share rule (configs/demo_cpu_token_share.yaml; runs/demo-cpu-token-share) on the
+# same seeds, data, models and probe set, and the three runs' per-domain probe KL, multipliers and gradient
+# shares in one figure (docs/methods.md).
 demo-compare: demo demo-label
-	$(PY) -m dnmopd.trainer.measurements.report runs/demo-cpu runs/demo-cpu-label --output runs/demo-dn-vs-label.png
+	OMP_NUM_THREADS=1 $(VENV)/bin/torchrun --standalone --nproc_per_node 2 launch/pretrain_dnmopd.py \
+		--config configs/demo_cpu_token_share.yaml
+	$(PY) -m dnmopd.trainer.measurements.report runs/demo-cpu runs/demo-cpu-label runs/demo-cpu-token-share \
+		--output runs/demo-compare.png
 
 test: lint vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

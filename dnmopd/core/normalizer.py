@@ -6,10 +6,17 @@ domains. A factor is degenerate (raw factor 1) when either std is 0, which inclu
 two tokens. The multiplier mode decides what is applied; the statistic is measured and reported in every
 mode:
 
-    dn      the measured clip(sigma_all / sigma_d), re-measured every batch (DN-MOPD)
-    observe 1.0 (Label routing, multipliers recorded only)
-    fixed   a constant per domain (fixed-weight controls)
-    frozen  per domain, the factor of the first batch in which that domain was measurable
+    dn           the measured clip(sigma_all / sigma_d), re-measured every batch (DN-MOPD)
+    observe      1.0 (Label routing, multipliers recorded only)
+    fixed        a constant per domain (fixed-weight controls)
+    frozen       per domain, the factor of the first batch in which that domain was measurable
+    token_share  the rival rule (Open-MOPD's M1): clip(target share / observed token share, lower, upper),
+                 re-measured every batch
+
+token_share's observed share of domain d is tokens_d / tokens (the batch's valid response tokens, the same
+count sigma_d rests on); its target share is the domain's share of the batch's responses (`target_share`
+"responses": the prompt share, since every prompt has the same number of samples) or 1 / (domains present)
+("uniform"). A domain without tokens gets the degenerate raw value 1.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ import torch
 from dnmopd.core.statistics import RESPONSES, SUM, SUMSQ, TOKENS, population_std
 
 DEFAULT_BOUNDS = (0.25, 4.0)
-MULTIPLIER_MODES = ("dn", "observe", "fixed", "frozen")
+MULTIPLIER_MODES = ("dn", "observe", "fixed", "frozen", "token_share")
+TARGET_SHARES = ("responses", "uniform")
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,8 @@ class DomainDiagnostics:
     factor: float
     clipped: bool
     applied: float
+    share_factor: float = 1.0
+    """clip(target share / observed token share): the token_share rule's value (measured in every mode)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,7 @@ class DNDiagnostics:
     def to_metrics(self, prefix: str = "dn") -> dict[str, float]:
         metrics = {f"{prefix}/global_std": self.global_std, f"{prefix}/global_tokens": float(self.global_tokens)}
         for domain, diag in self.domains.items():
-            for key in ("tokens", "std", "raw_factor", "factor", "applied", "clipped"):
+            for key in ("tokens", "std", "raw_factor", "factor", "applied", "clipped", "share_factor"):
                 metrics[f"{prefix}/{domain}/{key}"] = float(getattr(diag, key))
         return metrics
 
@@ -78,6 +88,7 @@ class DomainNormalizer:
     multipliers: one of MULTIPLIER_MODES.
     bounds: (lower, upper) clip bounds; (0, inf) disables clipping, (1, 1) forces 1.
     fixed: constant per domain, required for and only allowed with multipliers "fixed".
+    target_share: token_share's target share of each domain, "responses" or "uniform" (module docstring).
     """
 
     def __init__(
@@ -87,9 +98,12 @@ class DomainNormalizer:
         multipliers: str = "dn",
         bounds: Sequence[float] = DEFAULT_BOUNDS,
         fixed: Mapping[str, float] | None = None,
+        target_share: str = "responses",
     ):
         if multipliers not in MULTIPLIER_MODES:
             raise ValueError(f"multipliers must be one of {MULTIPLIER_MODES}, got {multipliers!r}")
+        if target_share not in TARGET_SHARES:
+            raise ValueError(f"target_share must be one of {TARGET_SHARES}, got {target_share!r}")
         self.lower, self.upper = validate_bounds(bounds)
         domains = tuple(domains)
         if not domains:
@@ -113,6 +127,7 @@ class DomainNormalizer:
         elif fixed is not None:
             raise ValueError(f"`fixed` multipliers are only allowed with multipliers 'fixed', not {multipliers!r}")
         self.multipliers = multipliers
+        self.target_share = target_share
         self.domains = domains
         self._fixed = fixed
         self.step = 0
@@ -131,13 +146,14 @@ class DomainNormalizer:
             raise ValueError(f"statistics must have shape (4, {len(self.domains)}), got {tuple(stats.shape)}")
         totals = stats.detach().to("cpu", torch.float64).tolist()
         global_std = population_std(sum(totals[TOKENS]), sum(totals[SUM]), sum(totals[SUMSQ]))
+        share_factors = self._share_factors(totals[RESPONSES], totals[TOKENS])
         applied, per_domain = [], {}
         for i, domain in enumerate(self.domains):
             std = population_std(totals[TOKENS][i], totals[SUM][i], totals[SUMSQ][i])
             measurable = std > 0 and global_std > 0
             raw = global_std / std if measurable else 1.0
-            factor = min(self.upper, max(self.lower, raw))
-            value = self._apply(domain, factor, measurable)
+            factor = self._clip(raw)
+            value = share_factors[i] if self.multipliers == "token_share" else self._apply(domain, factor, measurable)
             applied.append(value)
             per_domain[domain] = DomainDiagnostics(
                 responses=int(totals[RESPONSES][i]),
@@ -147,10 +163,27 @@ class DomainNormalizer:
                 factor=factor,
                 clipped=factor != raw,
                 applied=value,
+                share_factor=share_factors[i],
             )
         diagnostics = DNDiagnostics(self.multipliers, self.step, global_std, int(sum(totals[TOKENS])), per_domain)
         self.step += 1
         return applied, diagnostics
+
+    def _clip(self, raw: float) -> float:
+        return min(self.upper, max(self.lower, raw))
+
+    def _share_factors(self, responses: list[float], tokens: list[float]) -> list[float]:
+        """token_share's clip(target share / observed token share) per domain (1 for a domain without tokens)."""
+        all_tokens, all_responses = sum(tokens), sum(responses)
+        present = sum(1 for n in tokens if n > 0)
+        factors = []
+        for n_responses, n_tokens in zip(responses, tokens, strict=True):
+            if n_tokens <= 0:
+                factors.append(self._clip(1.0))
+                continue
+            target = n_responses / all_responses if self.target_share == "responses" else 1.0 / present
+            factors.append(self._clip(target / (n_tokens / all_tokens)))
+        return factors
 
     def _apply(self, domain: str, factor: float, measurable: bool) -> float:
         if self.multipliers == "dn":

@@ -4,6 +4,8 @@
   vocab-sharded LM head, never materialising ``[N, V]`` logits.
 - ``fused_opd_loss``: the same pass fused with the clipped OPD loss and its gradient (3 GEMMs).
 - ``fused_reverse_kl``: full-vocab KL(student || teacher) per token, student gradient only.
+- ``fused_topk_reverse_kl``: KL(student || teacher) per token over K candidate tokens (a server teacher's
+  top-k) and one tail bucket, student gradient only.
 - ``domain_stats``: per-domain float64 (responses, tokens, sum, sumsq) of the DN scale statistic.
 
 With ``tp_group`` each rank passes its contiguous vocab shard; ``grad_hidden`` is then this rank's partial
@@ -18,12 +20,15 @@ from .domain_stats import domain_stats
 from .linear_logprob import fused_linear_logprob
 from .opd_loss import OPDLossOutput, fused_opd_loss
 from .reverse_kl import ReverseKLOutput, fused_reverse_kl
+from .topk_reverse_kl import TopKReverseKLOutput, fused_topk_reverse_kl
 
 __all__ = [
     "OPDLossOutput",
     "ReverseKLOutput",
+    "TopKReverseKLOutput",
     "domain_stats",
     "fused_linear_logprob",
     "fused_opd_loss",
     "fused_reverse_kl",
+    "fused_topk_reverse_kl",
 ]

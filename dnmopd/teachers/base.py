@@ -6,8 +6,9 @@ teacher returns, for each response position t (absolute position prompt_len + t)
     logprobs[t] = log p_teacher(token_ids[prompt_len + t] | token_ids[:prompt_len + t])
 
 at temperature 1 on the raw logits (no sampling processing). Optionally also the top-k of that distribution
-and, from the in-process backend only, the teacher's final (post-norm) hidden states at the positions that
-predict the response tokens, for the fused full-vocab reverse KL.
+(asked per request, `ScoreRequest.top_k`, by backends with `scores_topk`; the top-k loss needs it) and, from
+the in-process backend only, the teacher's final (post-norm) hidden states at the positions that predict the
+response tokens, for the fused full-vocab reverse KL.
 
 Backends: `inprocess` (transformers model in this process), `sglang` and `vllm` (HTTP servers). All share
 the async `score` (one sample, sent as soon as the caller has it), the async `score_many` (per-sample
@@ -27,6 +28,9 @@ import torch
 from dnmopd.serving.blocking import BlockingClient, run_blocking
 from dnmopd.serving.errors import ServingError
 
+TOPK_LOGPROB_SLACK = 1e-4
+"""How far above 0 a returned log-prob (or a top-k row's total) may lie: float32 rounding, not a bad answer."""
+
 
 class TeacherError(RuntimeError):
     """A sample could not be scored (after retries) or the teacher failed a startup check."""
@@ -34,10 +38,13 @@ class TeacherError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class ScoreRequest:
-    """One sample to score: `token_ids` = prompt + response; the response is `token_ids[prompt_len:]`."""
+    """One sample to score: `token_ids` = prompt + response; the response is `token_ids[prompt_len:]`. With
+    `top_k` > 0 the teacher also returns its k most likely tokens at each response position (at least k: a
+    backend configured with a larger `top_k` returns its own)."""
 
     token_ids: tuple[int, ...]
     prompt_len: int
+    top_k: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "token_ids", tuple(int(t) for t in self.token_ids))
@@ -46,6 +53,8 @@ class ScoreRequest:
                 f"ScoreRequest.prompt_len={self.prompt_len}: needs 1 <= prompt_len < len(token_ids)="
                 f"{len(self.token_ids)} (a non-empty prompt and a non-empty response)"
             )
+        if self.top_k < 0:
+            raise ValueError(f"ScoreRequest.top_k={self.top_k}: must be >= 0 (0: no top-k)")
 
     @property
     def response_len(self) -> int:
@@ -70,14 +79,34 @@ class TeacherScores:
     hidden_states: torch.Tensor | None = None
 
     def check(self, request: ScoreRequest, *, source: str) -> TeacherScores:
-        """Reject wrong lengths and non-finite values (a silent NaN would poison the DN statistics)."""
+        """Reject wrong lengths, non-finite values (a silent NaN would poison the DN statistics) and a top-k that
+        is missing, too short, not descending, repeats a token or holds more than all the probability."""
         if tuple(self.logprobs.shape) != (request.response_len,):
             raise TeacherError(
                 f"{source}: got {tuple(self.logprobs.shape)} log-probs for a response of {request.response_len}"
             )
         if not bool(torch.isfinite(self.logprobs).all()):
             raise TeacherError(f"{source}: non-finite teacher log-probs {self.logprobs.tolist()}")
+        if request.top_k:
+            self._check_topk(request, source)
         return self
+
+    def _check_topk(self, request: ScoreRequest, source: str) -> None:
+        ids, values = self.topk_ids, self.topk_logprobs
+        if ids is None or values is None:
+            raise TeacherError(f"{source}: top-{request.top_k} log-probs were asked for and not returned")
+        if ids.shape != values.shape or ids.dim() != 2 or ids.shape[0] != request.response_len \
+                or ids.shape[1] < request.top_k:
+            raise TeacherError(f"{source}: top-k ids {tuple(ids.shape)} / log-probs {tuple(values.shape)} for a "
+                               f"response of {request.response_len} and top_k {request.top_k}")
+        if not bool(torch.isfinite(values).all()) or bool((values > TOPK_LOGPROB_SLACK).any()):
+            raise TeacherError(f"{source}: top-k log-probs must be finite and <= 0")
+        if bool((values[:, 1:] > values[:, :-1]).any()):
+            raise TeacherError(f"{source}: top-k log-probs are not in descending order")
+        if bool((ids.sort(dim=1).values.diff(dim=1) == 0).any()):
+            raise TeacherError(f"{source}: a top-k row names one token twice")
+        if bool((values.double().logsumexp(dim=1) > TOPK_LOGPROB_SLACK).any()):
+            raise TeacherError(f"{source}: a top-k row holds more than all the probability")
 
 
 class TeacherScorer(BlockingClient, ABC):
@@ -86,6 +115,8 @@ class TeacherScorer(BlockingClient, ABC):
     returns_hidden_states: ClassVar[bool] = False
     """The backend can return the teacher's final hidden states (`Config.return_hidden_states`), which the
     full-vocabulary loss and the probe need."""
+    scores_topk: ClassVar[bool] = False
+    """The backend honours `ScoreRequest.top_k` (any k), which the top-k loss needs."""
     name: str
     vocab_size: int
 

@@ -41,7 +41,7 @@ class HttpTeacher(TeacherScorer):
         vocab_size: int = 0
         """Ids must be below this; 0 reads it from `model_path`/config.json."""
         top_k: int = 0
-        """Also return the top-k log-probs at every response position (0: off)."""
+        """Also return the top-k log-probs at every response position (0: off; a request may ask for more)."""
         batch_request_size: int = 32
         """Samples per POST in `score_many` / `score_batch` (the async `score` sends one sample per POST); a
         POST the server rejects is sent again sample by sample, so only the bad sample fails."""
@@ -61,6 +61,10 @@ class HttpTeacher(TeacherScorer):
         self.name = config.name
         self.vocab_size = resolve_vocab_size(config)
         self.pool = config.pool.build(name=f"teacher {config.name}", health_path=self.health_path)
+
+    def top_k(self, request: ScoreRequest) -> int:
+        """Top-k log-probs returned for `request`: what it asks for, or the config's `top_k` when larger."""
+        return max(self.config.top_k, request.top_k)
 
     @abstractmethod
     def _body(self, requests: Sequence[ScoreRequest]) -> dict[str, Any]:

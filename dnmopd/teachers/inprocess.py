@@ -23,6 +23,7 @@ from dnmopd.teachers.base import ScoreRequest, TeacherScorer, TeacherScores
 
 class InProcessTeacher(TeacherScorer):
     returns_hidden_states: ClassVar[bool] = True
+    scores_topk: ClassVar[bool] = True
 
     @dataclass(kw_only=True, slots=True)
     class Config(InProcessModel):
@@ -33,7 +34,8 @@ class InProcessTeacher(TeacherScorer):
         logit_chunk_tokens: int = 4096
         """Response positions per LM-head + log-softmax call (bounds the fp32 [chunk, vocab] logits)."""
         top_k: int = 0
-        """Also return the top-k log-probs and ids at every response position (0: off)."""
+        """Also return the top-k log-probs and ids at every response position (0: off; a request may ask for
+        more)."""
         return_hidden_states: bool = False
         """Also return the final hidden states that predict each response token."""
 
@@ -84,11 +86,18 @@ class InProcessTeacher(TeacherScorer):
         return groups
 
     def _score_group(self, requests: list[ScoreRequest]) -> list[TeacherScores]:
+        """One forward for the group, at the group's largest top-k; each request keeps the k it gets."""
+        top_k = max(self.config.top_k, *(r.top_k for r in requests))
         scored = score_responses(self.model, [(r.token_ids, r.prompt_len) for r in requests],
-                                 chunk_tokens=self.config.logit_chunk_tokens, top_k=self.config.top_k)
-        return [TeacherScores(logprobs=s.logprobs, topk_ids=s.topk_ids, topk_logprobs=s.topk_logprobs,
-                              hidden_states=s.hidden_states if self.config.return_hidden_states else None)
-                for s in scored]
+                                 chunk_tokens=self.config.logit_chunk_tokens, top_k=top_k)
+        results = []
+        for request, s in zip(requests, scored, strict=True):
+            keep = max(self.config.top_k, request.top_k)
+            results.append(TeacherScores(
+                logprobs=s.logprobs, topk_ids=s.topk_ids[:, :keep] if keep else None,
+                topk_logprobs=s.topk_logprobs[:, :keep] if keep else None,
+                hidden_states=s.hidden_states if self.config.return_hidden_states else None))
+        return results
 
     # -- async path: requests arriving while a forward runs are batched together ---------------------------
 

@@ -4,6 +4,8 @@ Startup (`check`): every replica answers `GET /health_generate` with 200 (a real
 `GET /get_model_info` shows `model_path`. Token ids are validated against the vocabulary before sending
 (SGLang crashes on an out-of-vocabulary id), and the ids SGLang echoes are checked against those sent.
 The pool's counters add up `prompt_tokens` and `cached_tokens` (input tokens the radix cache supplied).
+A request's top-k (`ScoreRequest.top_k`, or the config's `top_k` when larger) comes back as flat base64
+arrays: 8 bytes per candidate, against about 40 for nested JSON triples.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dnmopd.teachers.http_teacher import HttpTeacher
 
 
 class SGLangTeacher(HttpTeacher):
+    scores_topk = True
     score_path = "/generate"
     health_path = HEALTH_PATHS["sglang"]
     info_path = "/get_model_info"
@@ -37,18 +40,20 @@ class SGLangTeacher(HttpTeacher):
             return SGLangTeacher(self)
 
     def _body(self, requests: Sequence[ScoreRequest]) -> dict[str, Any]:
-        top_k, start = self.config.top_k, self.logprob_start
+        start = self.logprob_start
         if len(requests) == 1:
-            return sglang_api.score_body(requests[0].token_ids, requests[0].prompt_len, top_k=top_k, start=start)
+            return sglang_api.score_body(requests[0].token_ids, requests[0].prompt_len,
+                                         top_k=self.top_k(requests[0]), flat_top_k=True, start=start)
         samples = [(r.token_ids, r.prompt_len) for r in requests]
-        return sglang_api.batch_score_body(samples, top_k=top_k, start=start)
+        return sglang_api.batch_score_body(samples, top_k=[self.top_k(r) for r in requests], flat_top_k=True,
+                                           start=start)
 
     def _answers(self, payload: Any, count: int) -> list[Any]:
         return [payload] if count == 1 else sglang_api.parse_batch(payload, count)
 
     def _parse_scores(self, answer: Any, request: ScoreRequest):
         scores = sglang_api.parse_score(answer, request.token_ids, request.prompt_len, vocab_size=self.vocab_size,
-                                        top_k=self.config.top_k, start=self.logprob_start)
+                                        top_k=self.top_k(request), start=self.logprob_start)
         prompt_tokens, cached = sglang_api.cached_tokens(answer)
         self.pool.counters["prompt_tokens"] += prompt_tokens
         self.pool.counters["cached_tokens"] += cached

@@ -344,13 +344,27 @@ class TrainerConfig:
             missing = sorted(set(self.method.routing.teachers) - set(names))
             _require(not missing, "method.routing",
                      f"names teachers {missing} that teachers.models does not define; defined: {names}")
-            if self.method.loss.kind == "full_vocab_reverse_kl":
+            kind = self.method.loss.kind
+            if kind == "full_vocab_reverse_kl":
                 remote = [m.config.name for m in self.teachers.models
                           if not teacher_class(m.backend).returns_hidden_states]
                 _require(not remote, "method.loss.kind", f"full_vocab_reverse_kl needs in-process teachers; {remote} "
-                         "are servers (use sampled_token with them)")
+                         "are servers, whose full distributions SGLang 0.5.23 cannot ship efficiently "
+                         "(docs/methods.md): use topk_reverse_kl or sampled_token with them")
+            if kind == "topk_reverse_kl":
+                unable = [m.config.name for m in self.teachers.models if not teacher_class(m.backend).scores_topk]
+                _require(not unable, "method.loss.kind", f"topk_reverse_kl needs teachers that return any top-k "
+                         f"(inprocess, sglang); {unable} cannot (vLLM returns at most 20)")
+                _require(self.method.routing.rule != "pool", "method.routing.rule",
+                         "pool routing's target is a mixture of the teachers, whose top-k tokens differ: use "
+                         "full_vocab_reverse_kl (in-process teachers) or sampled_token with it")
+                if (Path(self.student.hf_path) / "config.json").is_file():
+                    vocab = StudentArch.from_hf_dir(self.student.hf_path).vocab_size
+                    _require(self.method.loss.topk <= vocab, "method.loss.topk",
+                             f"{self.method.loss.topk} is more than the vocabulary of {self.student.hf_path} ({vocab})")
+            if kind != "sampled_token":
                 _require(self.train.optimizer_steps_per_update == 1, "train.optimizer_steps_per_update",
-                         "method.loss.kind full_vocab_reverse_kl supports one optimizer step per update")
+                         f"method.loss.kind {kind} supports one optimizer step per update")
         if self.logging.probe_every and self.run.mode == "opd":
             remote = [m.config.name for m in self.teachers.models
                       if not teacher_class(m.backend).returns_hidden_states]

@@ -9,6 +9,7 @@ Every method and control of the paper is a YAML preset of `MethodConfig` in conf
     dynamic_router   routing dynamic, multipliers observe
     fixed_*, frozen_update0           multipliers fixed constants
     annealed_injection                label + injected teacher trajectories with advantage c(t)
+    token_share      routing label,   multipliers token_share (the rival rule, Open-MOPD's M1)
 
 `Method` holds the runtime pieces (router, normalizer) and turns a scored batch into the per-response
 targets and multipliers the update needs.
@@ -24,20 +25,24 @@ import torch
 
 from dnmopd.config import FieldValueError
 from dnmopd.core import DEFAULT_BOUNDS, MULTIPLIER_MODES, DomainNormalizer, Router, RoutingConfig
-from dnmopd.core.normalizer import validate_bounds
+from dnmopd.core.normalizer import TARGET_SHARES, validate_bounds
 from dnmopd.kernels.opd_loss import validate_clip
 
-LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl")
+LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl", "topk_reverse_kl")
 
 
 @dataclass(kw_only=True, slots=True)
 class NormalizerConfig:
     multipliers: str = "observe"
-    """dn (DN-MOPD), observe (measure and log, apply 1), fixed (constants) or frozen (first measurable batch)."""
+    """dn (DN-MOPD), observe (measure and log, apply 1), fixed (constants), frozen (first measurable batch) or
+    token_share (the rival rule, Open-MOPD's M1: clip(target share / observed token share), docs/methods.md)."""
     bounds: tuple[float, ...] = DEFAULT_BOUNDS
-    """Clip bounds (lower, upper) of sigma_all / sigma_d."""
+    """Clip bounds (lower, upper) of sigma_all / sigma_d (and of token_share's ratio)."""
     fixed: dict[str, float] | None = None
     """Per-domain constants for multipliers fixed, e.g. {math: 2.0, code: 1.0, ifeval: 0.25}."""
+    target_share: str = "responses"
+    """token_share's target share of a domain: responses (its share of the batch's responses, i.e. of the
+    prompts) or uniform (1 / the domains in the batch). The observed share is its share of the response tokens."""
 
     def __post_init__(self):
         if self.multipliers not in MULTIPLIER_MODES:
@@ -46,9 +51,12 @@ class NormalizerConfig:
             validate_bounds(self.bounds)
         except ValueError as error:
             raise FieldValueError("bounds", str(error)) from None
+        if self.target_share not in TARGET_SHARES:
+            raise ValueError(f"normalizer.target_share must be one of {TARGET_SHARES}, got {self.target_share!r}")
 
     def build(self, domains: Sequence[str]) -> DomainNormalizer:
-        return DomainNormalizer(domains, multipliers=self.multipliers, bounds=self.bounds, fixed=self.fixed)
+        return DomainNormalizer(domains, multipliers=self.multipliers, bounds=self.bounds, fixed=self.fixed,
+                                target_share=self.target_share)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -72,7 +80,11 @@ class LossConfig:
     kind: str = "sampled_token"
     """sampled_token: the clipped surrogate on A_t = w_d (log p_T(y_t) - log p_S(y_t)) (the paper);
     full_vocab_reverse_kl: w_d * KL(student || teacher) over the whole vocabulary at every response position
-    (in-process teachers only, through the fused kernel)."""
+    (in-process teachers only, through the fused kernel); topk_reverse_kl: w_d * KL(student || teacher) over
+    the teacher's top-k tokens at every response position plus one tail bucket holding the rest of the
+    vocabulary on both sides (in-process and SGLang teachers; docs/methods.md)."""
+    topk: int = 64
+    """k of topk_reverse_kl: the teacher's most likely tokens kept at each response position."""
     eps_low: float = 0.2
     """PPO clip: ratio >= 1 - eps_low for negative advantages."""
     eps_high: float = 0.2
@@ -85,9 +97,16 @@ class LossConfig:
         """Whether the loss needs each target teacher's whole distribution (its final hidden states)."""
         return self.kind == "full_vocab_reverse_kl"
 
+    @property
+    def teacher_topk(self) -> int:
+        """Top-k log-probs each teacher must return per response position (0: none)."""
+        return self.topk if self.kind == "topk_reverse_kl" else 0
+
     def __post_init__(self):
         if self.kind not in LOSS_KINDS:
             raise ValueError(f"loss.kind must be one of {LOSS_KINDS}, got {self.kind!r}")
+        if self.topk < 1:
+            raise ValueError(f"loss.topk must be >= 1, got {self.topk}")
         validate_clip(self.eps_low, self.eps_high, self.dual_clip)
 
 
@@ -113,6 +132,9 @@ class MethodConfig:
                 raise ValueError("injection works with label routing only")
             if self.normalizer.multipliers != "observe":
                 raise ValueError("injection is exclusive with applied multipliers: use normalizer.multipliers observe")
+            if self.loss.kind == "topk_reverse_kl":
+                raise ValueError("injection gives injected trajectories a constant advantage, which the "
+                                 "topk_reverse_kl loss does not take (use loss.kind sampled_token)")
 
 
 class Method:

@@ -222,6 +222,7 @@ class Trainer:
                                    samples_per_prompt=config.data.samples_per_prompt,
                                    teachers_for=self.method.teachers_needed if self.method else lambda domain: (),
                                    return_hidden_states=config.method.loss.full_vocab and self.method is not None,
+                                   teacher_topk=config.method.loss.teacher_topk if self.method else 0,
                                    **verification)
 
     def _build_teachers(self) -> dict:

@@ -99,3 +99,25 @@ def random_head(n, d, v, *, seed, dtype=torch.float32, logit_std=3.0, offset=0.0
         weight[:, 0] = offset
     put = lambda t: t.to(device=DEVICE, dtype=dtype).requires_grad_()  # noqa: E731
     return put(hidden), put(weight)
+
+
+def topk_reverse_kl(hidden, weight, candidates, teacher_logp, temperature=1.0, tail_floor=1e-10):
+    """Per-token KL(student || teacher) in float64 between the two distributions coarsened to the buckets {v} for
+    each candidate v (-1: an empty slot) and the rest of the vocabulary; the teacher is known only on the
+    candidates (its tail is 1 - their mass, at least ``tail_floor``), the student's tail is summed over the
+    columns outside the candidates."""
+    log_p = torch.log_softmax((hidden.to(torch.float64) @ weight.to(torch.float64).t()) / temperature, -1)
+    out = []
+    for t in range(log_p.shape[0]):
+        ids = candidates[t][candidates[t] >= 0].long().cpu()
+        lq = teacher_logp[t][candidates[t] >= 0].to(torch.float64).cpu()
+        outside = torch.ones(log_p.shape[1], dtype=torch.bool)
+        outside[ids] = False
+        lp = log_p[t, ids.to(log_p.device)]
+        kl = (lp.exp() * (lp - lq.to(lp.device))).sum()
+        tail_p = log_p[t][outside.to(log_p.device)].exp().sum()
+        tail_q = max(1.0 - float(lq.exp().sum()), tail_floor)
+        if tail_p > 0:
+            kl = kl + tail_p * (torch.log(tail_p) - torch.log(torch.tensor(tail_q, dtype=torch.float64)))
+        out.append(kl)
+    return torch.stack(out)

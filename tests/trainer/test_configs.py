@@ -39,6 +39,7 @@ METHODS = {
     "frozen_update0_9b": ("label", None, "fixed", (1.768, 0.888, 0.25)),
     "frozen_update0_4b": ("label", None, "fixed", (2.009, 0.811, 0.341)),
     "frozen_update0_2b": ("label", None, "fixed", (2.102, 0.822, 0.431)),
+    "token_share": ("label", None, "token_share", None),
 }
 
 # Architecture numbers of the released checkpoints: layers, query heads, KV heads, GDN key heads, GDN value heads

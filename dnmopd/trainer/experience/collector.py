@@ -52,6 +52,9 @@ class Sample:
     """Teacher name -> float32 [R] sampled-token log-probs, None if that teacher failed (masked)."""
     hidden_states: dict[str, torch.Tensor] = field(default_factory=dict)
     """Teacher name -> [R, hidden] final hidden states (in-process teachers, full-vocab loss only)."""
+    topk: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    """Teacher name -> (ids int64 [R, k], log-probs float32 [R, k]) of its k most likely tokens at each response
+    position (top-k loss only)."""
     verdict: bool | None = None
     """Verifier's correctness verdict (None: not verified, or the verifier failed)."""
 
@@ -116,7 +119,7 @@ class ExperienceCollector:
     def __init__(self, engine: RolloutEngine, fleet: TeacherFleet | None, *, sampling: SamplingParams,
                  samples_per_prompt: int, teachers_for: Callable[[str], Sequence[str]] = lambda domain: (),
                  verifier: Verifier | None = None, decode: Callable[[list[int]], str] | None = None,
-                 return_hidden_states: bool = False):
+                 return_hidden_states: bool = False, teacher_topk: int = 0):
         if verifier is not None and decode is None:
             raise ValueError("verifying responses needs a decode function")
         self.engine, self.fleet = engine, fleet
@@ -125,6 +128,7 @@ class ExperienceCollector:
         self.teachers_for = teachers_for
         self.verifier, self.decode = verifier, decode
         self.return_hidden_states = return_hidden_states
+        self.teacher_topk = teacher_topk
 
     def collect(self, prompts: Sequence[Prompt], *, seed_offset: int) -> Experience:
         """Sample `samples_per_prompt` responses per prompt (sample seeds start at sampling.seed + seed_offset),
@@ -150,7 +154,7 @@ class ExperienceCollector:
                 run.mark("rollout")
                 sample = self._sample(prompts, rollout)
                 samples[rollout.sample_id] = sample
-                request = ScoreRequest(sample.token_ids, len(sample.prompt.prompt_ids))
+                request = ScoreRequest(sample.token_ids, len(sample.prompt.prompt_ids), top_k=self.teacher_topk)
                 for name in self.teachers_for(sample.domain):
                     tasks.append(asyncio.create_task(self._score(sample, rollout.sample_id, name, request, run)))
                 if self.verifier is not None:
@@ -177,6 +181,9 @@ class ExperienceCollector:
         sample.scores[name] = scored.scores.logprobs if scored.ok else None
         if self.return_hidden_states and scored.ok:
             sample.hidden_states[name] = scored.scores.hidden_states
+        if self.teacher_topk and scored.ok:
+            k = self.teacher_topk
+            sample.topk[name] = (scored.scores.topk_ids[:, :k], scored.scores.topk_logprobs[:, :k])
 
     async def _verify(self, sample: Sample, run: _Run) -> None:
         run.mark("scoring")

@@ -1,6 +1,7 @@
 """Plots of a run, drawn from its metrics.jsonl, so a user can look rather than read:
 
     multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
+    shares.png        each domain's share of the batch's tokens, advantage magnitude and gradient (OPD runs)
     reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
     reverse_kl_full_vocab.png   exact full-vocabulary reverse KL per domain (full-vocab loss runs)
     probe_kl.png      exact full-vocabulary reverse KL per domain on the fixed probe set (logging.probe_every)
@@ -13,8 +14,9 @@
     python -m dnmopd.trainer.measurements.report RUN_DIR
     python -m dnmopd.trainer.measurements.report RUN_DIR OTHER_RUN... [--output FILE]
 
-With several runs (e.g. DN-MOPD and its Label baseline on the same seed and data), one more figure draws
-every run's per-domain probe KL and applied multipliers side by side (default <RUN_DIR>/plots/comparison.png).
+With several runs (e.g. DN-MOPD, its Label baseline and the token_share rule on the same seed and data), one
+more figure draws every run's per-domain probe KL, applied multipliers and gradient share side by side
+(default <RUN_DIR>/plots/comparison.png).
 """
 
 from __future__ import annotations
@@ -66,6 +68,23 @@ def _plot_multipliers(records, out: Path) -> Path | None:
     ax.set(xlabel="update", ylabel="multiplier w_d", title="Domain multipliers")
     ax.legend(fontsize=8, ncol=2)
     return _save(fig, out / "multipliers.png")
+
+
+SHARES = (("tokens", "tokens"), ("advantage", "advantage magnitude |r|"), ("gradient", "gradient (w_d |r| / n_r)"))
+
+
+def _plot_shares(records, out: Path) -> Path | None:
+    panels = [(key, title, series(records, f"share/{key}/")) for key, title in SHARES]
+    if not any(lines for _, _, lines in panels):
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), sharey=True)
+    for ax, (_, title, lines) in zip(axes, panels, strict=True):
+        for domain, (steps, values) in sorted(lines.items()):
+            ax.plot(steps, values, label=domain)
+        ax.set(xlabel="update", title=f"share of {title}", ylim=(0, 1))
+    axes[0].set_ylabel("share of the batch")
+    axes[0].legend(fontsize=8)
+    return _save(fig, out / "shares.png")
 
 
 def _plot_lines(records, out: Path, prefix: str, name: str, title: str, ylabel: str) -> Path | None:
@@ -137,7 +156,7 @@ def draw_report(run_dir: str | Path) -> list[Path]:
     records = read_metrics(_metrics_file(run_dir))
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
-    drawn = [_plot_multipliers(records, out),
+    drawn = [_plot_multipliers(records, out), _plot_shares(records, out),
              _plot_lines(records, out, "kl/", "reverse_kl.png", "Reverse KL to the routed teacher (sampled tokens)",
                          "KL (nats/token)"),
              _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
@@ -151,26 +170,42 @@ def draw_report(run_dir: str | Path) -> list[Path]:
     return [p for p in drawn if p is not None]
 
 
+def running_mean(values: list[float]) -> list[float]:
+    total, out = 0.0, []
+    for i, value in enumerate(values, start=1):
+        total += value
+        out.append(total / i)
+    return out
+
+
 def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
-    """One figure of every run's per-domain probe KL (left) and applied multipliers (right): colour = domain,
-    line style = run."""
+    """One figure of every run's per-domain probe KL (left), applied multipliers (middle) and, when logged, share
+    of the gradient (right; running mean over the updates so far, as each batch draws its own mix of domains):
+    colour = domain, line style = run."""
     runs = [(Path(d).name, read_metrics(_metrics_file(Path(d)))) for d in run_dirs]
-    styles = ("-", "--", ":", "-.")
-    fig, (kl_ax, w_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
-    colours: dict[str, str] = {}
-    for (name, records), style in zip(runs, styles * len(runs), strict=False):
-        for ax, lines in ((kl_ax, series(records, "probe_kl/")), (w_ax, series(records, "dn/", "/applied"))):
-            for domain, (steps, values) in sorted(lines.items()):
-                colour = colours.setdefault(domain, f"C{len(colours)}")
-                ax.plot(steps, values, linestyle=style, color=colour, label=f"{domain} ({name})")
     if not any(series(records, "probe_kl/") for _, records in runs):
-        plt.close(fig)
         raise ValueError(f"none of {[str(d) for d in run_dirs]} logged probe_kl/* (set logging.probe_every)")
-    kl_ax.set(xlabel="update", ylabel="KL (nats/token)", title="Reverse KL to the routed teacher, fixed probe set")
-    w_ax.set(xlabel="update", ylabel="applied multiplier w_d", title="Domain multipliers")
-    w_ax.axhline(1.0, color="grey", linewidth=0.8)
-    for ax in (kl_ax, w_ax):
-        ax.legend(fontsize=7, ncol=2)
+    panels = [("probe_kl/", "", "KL (nats/token)", "Reverse KL to the routed teacher, fixed probe set", False),
+              ("dn/", "/applied", "applied multiplier w_d", "Domain multipliers", False)]
+    if any(series(records, "share/gradient/") for _, records in runs):
+        panels.append(("share/gradient/", "", "share of the gradient (running mean)",
+                       "Domain share of the gradient", True))
+    styles = ("-", "--", ":", "-.")
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6))
+    colours: dict[str, str] = {}
+    for (_, records), style in zip(runs, styles * len(runs), strict=False):
+        for ax, (prefix, suffix, _, _, smooth) in zip(axes, panels, strict=True):
+            for domain, (steps, values) in sorted(series(records, prefix, suffix).items()):
+                colour = colours.setdefault(domain, f"C{len(colours)}")
+                ax.plot(steps, running_mean(values) if smooth else values, linestyle=style, color=colour)
+    for ax, (_, _, ylabel, title, _) in zip(axes, panels, strict=True):
+        ax.set(xlabel="update", ylabel=ylabel, title=title)
+    axes[1].axhline(1.0, color="grey", linewidth=0.8)
+    handles = [plt.Line2D([], [], color=c, label=d) for d, c in colours.items()]
+    handles += [plt.Line2D([], [], color="black", linestyle=style, label=name)
+                for (name, _), style in zip(runs, styles * len(runs), strict=False)]
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, output)

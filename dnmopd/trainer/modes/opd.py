@@ -6,7 +6,12 @@ every token then takes the constant advantage c(t) = c0 * max(0, 1 - t / A) thro
 
 With `method.loss.kind: full_vocab_reverse_kl` each response distills from its routed teacher's whole
 distribution (label, single, and dynamic routing's per-response teacher) or, for pool routing, from the
-uniform mixture of all teachers' distributions; in-process teachers return the hidden states it needs.
+uniform mixture of all teachers' distributions; in-process teachers return the hidden states it needs. With
+`topk_reverse_kl` it distills from its routed teacher's top-k tokens and a tail bucket (every teacher returns
+its top-k with its scores, servers included).
+
+Every update also reports each domain's share of the batch's tokens, of the advantage magnitude and of the
+gradient (`share/*`), the quantities behind both DN's and the token_share rule's rescaling (docs/methods.md).
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ from dnmopd.trainer.step.batch import TrainBatch
 from dnmopd.trainer.step.objectives import (
     ClippedSurrogate,
     FullVocabReverseKL,
+    TopKReverseKL,
     attach_full_vocab_targets,
+    attach_topk_targets,
     ratio_reference,
 )
 
@@ -44,6 +51,19 @@ class OPDMode(Mode):
                                           "multipliers: measured, 1 when observing, constant when fixed or "
                                           "frozen)."),
         ("dn/{domain}/clipped", "global", "1 when the raw factor lay outside the bounds."),
+        ("dn/{domain}/share_factor", "global", "clip(target share / observed token share, bounds): the multiplier "
+                                               "the token_share rule (Open-MOPD's M1) measures for the domain "
+                                               "(applied with method.normalizer.multipliers token_share)."),
+        ("share/tokens/{domain}", "global", "The domain's share of the batch's response tokens with a valid score "
+                                            "(the tokens behind sigma_d; token_share's observed share)."),
+        ("share/advantage/{domain}", "global", "The domain's share of sum |r| over those tokens, r = log p_teacher - "
+                                               "log p_rollout: the advantage magnitude before multipliers and the "
+                                               "loss's reduction."),
+        ("share/gradient/{domain}", "global", "The domain's share of sum w_d |r_t| / n_r (n_r: the response's "
+                                              "tokens): the L1 norm of the sampled-token loss's gradient with "
+                                              "respect to the tokens' log-probs at ratio 1 (the weight each "
+                                              "token's score function gets in the update), multipliers and "
+                                              "response-mean reduction included."),
         ("kl/all", "global", "Sampled-token reverse KL estimate E_rollout[log q - log p_teacher] = -mean(r), "
                              "all domains."),
         ("kl/{domain}", "global", "Sampled-token reverse KL estimate of the domain."),
@@ -57,6 +77,7 @@ class OPDMode(Mode):
         super().__init__(ctx)
         self.method = ctx.method
         self.full_vocab = self.config.method.loss.full_vocab
+        self.topk = self.config.method.loss.teacher_topk
         injection = self.config.method.injection
         self.bank = InjectionBank.load(injection.bank) if injection else None
 
@@ -86,6 +107,8 @@ class OPDMode(Mode):
         if self.full_vocab:
             attach_full_vocab_targets(batch, applied, [s.hidden_states for s in samples],
                                       self.config.teachers.names())
+        if self.topk:
+            attach_topk_targets(batch, applied, [s.topk for s in samples], self.topk)
         return batch
 
     def _injection_constant(self, update: int) -> float:
@@ -117,17 +140,27 @@ class OPDMode(Mode):
 
     # ----------------------------------------------------------------------------------------- the loss
     def prepare(self, batch: TrainBatch, update: int, staleness: int) -> dict:
-        stats = self.ctx.sum_over_dp(domain_stats(batch.target_logp - batch.rollout_logp, batch.dn_mask,
-                                                  batch.domain_ids, len(self.method.domains)))
+        log_ratio = batch.target_logp - batch.rollout_logp
+        num_domains = len(self.method.domains)
+        local = torch.cat([domain_stats(log_ratio, batch.dn_mask, batch.domain_ids, num_domains),
+                           magnitude_sums(log_ratio, batch.dn_mask, batch.domain_ids, num_domains)])
+        reduced = self.ctx.sum_over_dp(local)  # one all-reduce for the DN statistics and the shares
+        stats, magnitudes = reduced[:4], reduced[4:]
         weights, diagnostics = self.method.normalizer.from_statistics(stats)
         batch.weights = torch.tensor(weights, dtype=torch.float32)[batch.domain_ids]
-        if not self.full_vocab:  # the full-vocab KL is exact at every position: no ratio, no old log-probs
-            self._advantages(batch, update, staleness)
+        if self.config.method.loss.kind == "sampled_token":  # the KL losses are exact at every position they
+            self._advantages(batch, update, staleness)      # cover: no ratio, no old log-probs
         metrics = diagnostics.to_metrics()
         for i, domain in enumerate(self.method.domains):
             if stats[TOKENS, i] > 0:  # sampled-token reverse KL E_rollout[log q - log p_teacher] = -mean(r)
                 metrics[f"kl/{domain}"] = float(-stats[SUM, i] / stats[TOKENS, i])
         metrics["kl/all"] = float(-stats[SUM].sum() / stats[TOKENS].sum().clamp(min=1))
+        gradient = magnitudes[1] * torch.tensor(weights, dtype=torch.float64)
+        for name, values in (("tokens", stats[TOKENS]), ("advantage", magnitudes[0]), ("gradient", gradient)):
+            total = float(values.sum())
+            if total > 0:
+                metrics.update({f"share/{name}/{domain}": float(values[i]) / total
+                                for i, domain in enumerate(self.method.domains)})
         return metrics
 
     def _advantages(self, batch: TrainBatch, update: int, staleness: int) -> None:
@@ -149,6 +182,8 @@ class OPDMode(Mode):
         if self.full_vocab:
             return FullVocabReverseKL(self.ctx.head, self.ctx.teacher_heads, num_responses=counts.responses,
                                       domains=self.method.domains)
+        if self.topk:
+            return TopKReverseKL(self.ctx.head, num_responses=counts.responses, domains=self.method.domains)
         loss = self.config.method.loss
         return ClippedSurrogate(self.ctx.head, num_responses=counts.responses, eps_low=loss.eps_low,
                                 eps_high=loss.eps_high, dual_clip=loss.dual_clip)
@@ -158,3 +193,12 @@ class OPDMode(Mode):
 
     def load_state_dict(self, state: dict) -> None:
         self.method.load_state_dict(state["method"])
+
+
+def magnitude_sums(log_ratio: torch.Tensor, mask: torch.Tensor, domain_ids: torch.Tensor,
+                   num_domains: int) -> torch.Tensor:
+    """float64 (2, D) per domain: sum |r| over the masked tokens, and sum |r| / n_r (n_r: the tokens of the
+    token's response), the response-mean reduction's weight of each token."""
+    magnitude = torch.where(mask, log_ratio.abs(), 0.0).double()
+    per_response = torch.stack([magnitude.sum(1), magnitude.sum(1) / mask.sum(1).clamp(min=1)])
+    return torch.zeros(2, num_domains, dtype=torch.float64).index_add_(1, domain_ids, per_response)

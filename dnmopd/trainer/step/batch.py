@@ -46,6 +46,11 @@ class TrainBatch:
     """[B, T, h_T] routed teacher's final hidden states (full-vocab reverse KL only)."""
     teacher_index: torch.Tensor | None = None
     """int64 [B] index of the routed teacher (full-vocab reverse KL only)."""
+    topk_ids: torch.Tensor | None = None
+    """int64 [B, T, k] the routed teacher's k most likely tokens at each response position, -1 where the sample
+    is masked (top-k reverse KL only)."""
+    topk_logp: torch.Tensor | None = None
+    """float32 [B, T, k] the routed teacher's log-probs of `topk_ids` (top-k reverse KL only)."""
     injected: torch.Tensor | None = None
     """bool [B] rows replaced by an injected teacher trajectory (annealed injection only)."""
 

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from dnmopd.core.routing import POOL, POOL_INDEX
-from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl
+from dnmopd.kernels import fused_linear_logprob, fused_opd_loss, fused_reverse_kl, fused_topk_reverse_kl
 from dnmopd.kernels.utils import gather_token_stats, merge_max_sumexp, response_token_weights
 from dnmopd.trainer.measurements.metric_table import Mean, MetricTable
 from dnmopd.trainer.step.batch import TrainBatch
@@ -46,6 +46,14 @@ OBJECTIVE_METRICS = MetricTable(
      "temperature): engine-vs-trainer numerics, plus one update's policy change when train.rollout_ahead is 1."),
     ("kl_full/all", "mean", "Exact full-vocabulary KL(student || target) per response token, all domains (nats)."),
     ("kl_full/{domain}", "mean", "Exact full-vocabulary KL(student || target) per response token of the domain."),
+    ("kl_topk/all", "mean", "KL(student || target) over the target teacher's top-k tokens and one tail bucket per "
+                            "response token, all domains (nats; never above the exact KL; method.loss.kind "
+                            "topk_reverse_kl)."),
+    ("kl_topk/{domain}", "mean", "Top-k + tail-bucket KL(student || target) per response token of the domain."),
+    ("topk_mass/student/{domain}", "mean", "The student's probability on the target teacher's top-k tokens, mean "
+                                           "over the domain's response tokens (1 - the student's tail bucket)."),
+    ("topk_mass/teacher/{domain}", "mean", "The target teacher's probability on its own top-k tokens, mean over the "
+                                           "domain's response tokens (1 - the teacher's tail bucket)."),
 )
 MIXTURE_CHUNK_TOKENS = 256
 """Tokens per chunk of the pool target's mixture logits when train.logit_chunk_tokens is unset."""
@@ -199,6 +207,65 @@ class FullVocabReverseKL(_Objective):
         for domain, total, count in zip(self.domains, kl, counts, strict=True):
             metrics[f"kl_full/{domain}"] = Mean(total, count)
         return metrics
+
+
+class TopKReverseKL(_Objective):
+    """w_d * KL(student || target) over the response's teacher's top-k tokens (`topk_ids`, `topk_logp`, filled by
+    `attach_topk_targets`) and one tail bucket, per response token, response-mean. Also reports that KL per
+    domain (`kl_topk`) and how much of each side's probability the top-k holds (`topk_mass`)."""
+
+    def __init__(self, head: LMHead, *, num_responses: int, domains: tuple[str, ...]):
+        super().__init__(head)
+        self.num_responses = num_responses
+        self.domains = domains
+        self.sizes = {**_Objective.sizes, **{key: len(domains) for key in
+                                             ("kl_topk", "student_mass", "teacher_mass", "topk_tokens")}}
+
+    def __call__(self, mb: TrainBatch, tokens: TokenView):
+        shard = self.head.output_chunk.output_shard()
+        device = tokens.hidden.device
+        mask = _per_token(tokens, mb.loss_mask)
+        candidates, teacher_logp = _per_token(tokens, mb.topk_ids), _per_token(tokens, mb.topk_logp)
+        out = fused_topk_reverse_kl(
+            tokens.hidden, shard.weight, candidates, teacher_logp, tokens.rows, _weights(mb, device), mask=mask,
+            num_responses=self.num_responses, temperature=self.head.temperature, vocab_start=shard.vocab_start,
+            tp_group=self.head.tp_group, chunk_size=self.head.chunk_size)
+        with torch.no_grad():
+            logp = self._logp(tokens, shard)
+        pieces = self._pieces(mb, tokens, logp, out.loss)
+        domains = mb.domain_ids.to(device)[tokens.rows]
+        teacher_mass = torch.where(candidates >= 0, teacher_logp.exp(), 0.0).sum(1)
+        weight = mask.float()
+        for key, values in (("kl_topk", out.kl), ("student_mass", out.student_mass), ("teacher_mass", teacher_mass),
+                            ("topk_tokens", torch.ones_like(weight))):
+            pieces[key] = torch.zeros(len(self.domains), device=device).index_add_(0, domains, values * weight)
+        return out.loss, pieces
+
+    def metrics(self, totals: dict[str, torch.Tensor], steps: int) -> dict:
+        metrics = super().metrics(totals, steps)
+        counts = totals["topk_tokens"].tolist()
+        kl = totals["kl_topk"].tolist()
+        metrics["kl_topk/all"] = Mean(sum(kl), sum(counts))
+        for i, domain in enumerate(self.domains):
+            metrics[f"kl_topk/{domain}"] = Mean(kl[i], counts[i])
+            for side in ("student", "teacher"):
+                metrics[f"topk_mass/{side}/{domain}"] = Mean(float(totals[f"{side}_mass"][i]), counts[i])
+        return metrics
+
+
+def attach_topk_targets(batch: TrainBatch, targets: Sequence[str | None],
+                        topk: Sequence[Mapping[str, tuple[torch.Tensor, torch.Tensor]]], k: int) -> None:
+    """Fill what `TopKReverseKL` reads: each response's target teacher's top-k ids and log-probs (`targets[i]` a
+    teacher name, or None for a masked response, whose slots stay empty: -1); `topk[i]` maps teacher name ->
+    (ids [response length, >= k], log-probs [response length, >= k])."""
+    batch.topk_ids = torch.full((*batch.response_mask.shape, k), -1, dtype=torch.long)
+    batch.topk_logp = torch.zeros(*batch.response_mask.shape, k)
+    for i, (target, per_teacher) in enumerate(zip(targets, topk, strict=True)):
+        if target is None:
+            continue
+        ids, logp = per_teacher[target]
+        batch.topk_ids[i, : ids.shape[0]] = ids[:, :k]
+        batch.topk_logp[i, : logp.shape[0]] = logp[:, :k].float()
 
 
 def attach_full_vocab_targets(batch: TrainBatch, targets: Sequence[str | None],
