@@ -132,9 +132,9 @@ class MethodConfig:
                 raise ValueError("injection works with label routing only")
             if self.normalizer.multipliers != "observe":
                 raise ValueError("injection is exclusive with applied multipliers: use normalizer.multipliers observe")
-            if self.loss.kind == "topk_reverse_kl":
-                raise ValueError("injection gives injected trajectories a constant advantage, which the "
-                                 "topk_reverse_kl loss does not take (use loss.kind sampled_token)")
+            if self.loss.kind != "sampled_token":
+                raise ValueError(f"injection gives injected trajectories a constant advantage, which the "
+                                 f"{self.loss.kind} loss does not take (use loss.kind sampled_token)")
 
 
 class Method:

@@ -100,11 +100,18 @@ def test_student_recipe_with_every_method_and_model(method, model):
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_every_method_replaces_the_demo_method(method):
-    config = load("demo_cpu", f"methods/{method}", overrides=["method.loss.kind=full_vocab_reverse_kl"])
+    loss = "sampled_token" if method == "annealed_injection" else "full_vocab_reverse_kl"  # injection: constants
+    config = load("demo_cpu", f"methods/{method}", overrides=[f"method.loss.kind={loss}"])
     routing, teacher, normalizer, fixed = METHODS[method]
     assert config.method.name == method and config.method.routing.rule == routing
     assert config.method.routing.teacher == teacher and config.method.normalizer.multipliers == normalizer
     assert config.rollout.engine.backend == "inprocess"  # the rest of the demo stays
+
+
+def test_injection_needs_the_sampled_token_loss():
+    with pytest.raises(ConfigError, match=r"injection gives injected trajectories a constant advantage, which the "
+                                          r"full_vocab_reverse_kl loss does not take"):
+        load("demo_cpu", "methods/annealed_injection", overrides=["method.loss.kind=full_vocab_reverse_kl"])
 
 
 def test_student_recipe_values():
