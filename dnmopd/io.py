@@ -141,10 +141,9 @@ def disk_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
     system found read-only or with less than `FULL_BELOW_BYTES` free after the failure."""
     try:
         yield
-    except DiskError:
-        raise
-    except Exception as error:
-        cause = _disk_cause(error, Path(path))
+    except BaseException as error:  # torch's CheckpointException is a BaseException
+        passing = isinstance(error, DiskError | KeyboardInterrupt | SystemExit)
+        cause = None if passing else _disk_cause(error, Path(path))
         if cause is None:
             raise
         raise DiskError(cause, f"writing {what} {path} failed: {os.strerror(cause)}: "

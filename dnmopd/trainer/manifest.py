@@ -90,12 +90,13 @@ def build(config) -> dict:
     """The manifest of a run config: reads every input file and model folder it names."""
     plain = to_plain(config)
     skip = OPERATIONAL + INPUT_FILES + MODEL_FOLDERS
-    return {"format": MANIFEST_FORMAT,
-            "config": {key: value for key, value in _flatten(plain) if not _covered(key, skip)},
-            "files": {key: _file_record(resolve_data_path(Path(value)))
-                      for pattern in INPUT_FILES for key, value, _ in _lookup(plain, pattern)},
-            "models": {key: _model_record(Path(value), owner.get("name"))
-                       for pattern in MODEL_FOLDERS for key, value, owner in _lookup(plain, pattern)}}
+    manifest = {"format": MANIFEST_FORMAT,
+                "config": {key: value for key, value in _flatten(plain) if not _covered(key, skip)},
+                "files": {key: _file_record(resolve_data_path(Path(value)))
+                          for pattern in INPUT_FILES for key, value, _ in _lookup(plain, pattern)},
+                "models": {key: _model_record(Path(value), owner.get("name"))
+                           for pattern in MODEL_FOLDERS for key, value, owner in _lookup(plain, pattern)}}
+    return json.loads(json.dumps(manifest))  # as a checkpoint's manifest.json reads back, to compare like with like
 
 
 def _flatten(value, prefix: str = ""):
