@@ -24,8 +24,6 @@ import socket
 import sys
 from pathlib import Path
 
-import torch.distributed as dist
-
 LOCK_FILE = "trainer.lock"
 _PR_SET_PDEATHSIG = 1
 
@@ -37,15 +35,18 @@ class RunFolderBusy(RuntimeError):
 def die_with_launcher() -> None:
     """Under torchrun (Linux), which starts each worker as the leader of a process group of its own: the kernel
     SIGKILLs this worker as soon as its launcher dies, and a janitor process forked here SIGKILLs the worker's
-    group (its helpers) as soon as the worker is gone, however it ended. Call it first, before any thread starts.
-    A launcher that died before this call cannot be missed: the worker could not join the rendezvous store,
-    which lives in the launcher."""
+    group (its helpers) as soon as the worker is gone, however it ended. Call it first, before any thread starts:
+    a launcher that dies before the call (the interpreter's start-up) is not noticed, though on a single node
+    such a worker cannot join the rendezvous store, which lives in the launcher."""
     if "TORCHELASTIC_RUN_ID" not in os.environ or not sys.platform.startswith("linux") or \
             os.getpgid(0) != os.getpid():
         return
     worker = os.getpid()
     if os.fork() == 0:
-        _janitor(worker)
+        try:
+            _janitor(worker)
+        finally:
+            os._exit(1)  # never back into the launch script
     _on_parent_death(signal.SIGKILL)
 
 
@@ -77,6 +78,10 @@ class RunLock:
 
     @classmethod
     def take(cls, run_dir: Path) -> RunLock:
+        # torch is imported here: the launch script calls die_with_launcher before any heavy import, so that the
+        # janitor it forks is a small process
+        import torch.distributed as dist
+
         lock = cls(run_dir)
         refusal = [lock._acquire() if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(refusal, src=0)
