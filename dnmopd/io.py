@@ -1,9 +1,11 @@
-"""File helpers shared by the package: atomic writes of files and folders, JSONL, hashing."""
+"""File helpers shared by the package: atomic writes of files and folders, JSONL, hashing, byte sizes, and
+write errors that name a full or read-only disk."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -125,3 +127,77 @@ def parse_byte_size(text: str) -> int:
     if not match:
         raise argparse.ArgumentTypeError(f"cannot parse size {text!r} (examples: 5GB, 500MB, 64KiB)")
     return int(float(match.group(1)) * _BYTE_UNITS[(match.group(2) or "").lower()])
+
+
+def format_bytes(count: float) -> str:
+    """``1.5 GiB``, ``512 KiB``, ``0 B``: a byte count for messages."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while abs(count) >= 1024 and power < len(units) - 1:
+        count, power = count / 1024, power + 1
+    return f"{count:.0f} B" if power == 0 else f"{count:.1f} {units[power]}"
+
+
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+FULL_BELOW_BYTES = 1 << 20
+"""A file system with less free space than this counts as full when a write under it fails without an errno
+(torch's and safetensors' writers report a short write, not ENOSPC)."""
+
+
+class DiskError(OSError):
+    """A write failed because its file system is full, over quota or read-only."""
+
+
+@contextlib.contextmanager
+def disk_errors(path: str | os.PathLike, what: str) -> Iterator[None]:
+    """Give a write under ``path`` that fails because of its file system one clear error (`DiskError`) naming
+    ``what`` and ``path``, the file system (mount point, device) and its free space; other errors pass unchanged.
+    The cause is an ENOSPC/EDQUOT/EROFS anywhere in the error's chain or, for writers that lose the errno, a file
+    system found read-only or with less than `FULL_BELOW_BYTES` free after the failure."""
+    try:
+        yield
+    except BaseException as error:  # torch's CheckpointException is a BaseException
+        passing = isinstance(error, DiskError | KeyboardInterrupt | SystemExit)
+        cause = None if passing else _disk_cause(error, Path(path))
+        if cause is None:
+            raise
+        raise DiskError(cause, f"writing {what} {path} failed: {os.strerror(cause)}: "
+                               f"{_file_system(Path(path))}") from error
+
+
+def _disk_cause(error: BaseException, path: Path) -> int | None:
+    seen, pending = set(), [error]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_ERRNOS:
+            return current.errno
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+    usage = os.statvfs(_existing(path))
+    if usage.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    return errno.ENOSPC if usage.f_bavail * usage.f_frsize < FULL_BELOW_BYTES else None
+
+
+def _existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _file_system(path: Path) -> str:
+    """``the file system of /mnt/x (tmpfs, tmpfs) has 0 B free of 6.0 MiB``."""
+    import psutil
+
+    where = os.path.realpath(_existing(path))
+    mounts = [p for p in psutil.disk_partitions(all=True)
+              if where == p.mountpoint or where.startswith(p.mountpoint.rstrip("/") + "/")]
+    mount = max(mounts, key=lambda p: len(p.mountpoint), default=None)
+    usage = os.statvfs(where)
+    free, total = usage.f_bavail * usage.f_frsize, usage.f_blocks * usage.f_frsize
+    name = f"{mount.mountpoint} ({mount.device}, {mount.fstype})" if mount else where
+    read_only = ", read-only" if usage.f_flag & os.ST_RDONLY else ""
+    return f"the file system of {name}{read_only} has {format_bytes(free)} free of {format_bytes(total)}"

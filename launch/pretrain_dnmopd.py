@@ -4,7 +4,9 @@
         --set run.name=qwen3.5-4b_dn_mopd_s42 --set student.hf_path=/models/Qwen3.5-4B
 
 Several --config files are merged in order; --set key.path=value overrides win. The resolved config is
-written to <run.output_dir>/<run.name>/config.yaml; a run continues from its newest complete checkpoint.
+written to <run.output_dir>/<run.name>/config.yaml; a run continues from its newest complete checkpoint, refusing
+changed inputs unless checkpoint.allow_changes accepts them (docs/resume.md). One trainer at a time per run folder;
+a worker dies with its launcher.
 """
 
 import argparse
@@ -20,6 +22,9 @@ def main(argv=None) -> int:
     add_config_arguments(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args = parser.parse_args(argv)
+    from dnmopd.trainer.run_lock import die_with_launcher
+
+    die_with_launcher()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     from dnmopd.config import dump_yaml

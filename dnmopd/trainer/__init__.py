@@ -8,6 +8,8 @@
     rollout_ahead  which batch each update trains on, collected now or during the previous update
     collectives    small all-reduces and broadcasts that work under gloo and NCCL
     checkpoint     resumable checkpoints
+    manifest       what a checkpoint was trained on, checked on resume (checkpoint.allow_changes)
+    run_lock       one trainer per run folder; workers that die with their launcher
 
     modes/         opd, grpo, sft: each one's batch, preparation, loss and metrics
     experience/    rollout -> teacher scoring -> verdicts (collector), the verifiers service (verification),

@@ -4,6 +4,7 @@
     trainer_state.json   update counter, sampler position, method state (frozen multipliers), LR schedule, ...
     rng/rank_<r>.pt      every rank's python / numpy / torch / CUDA RNG states
     local/rank_<r>.pt    every rank's own trainer state (the batch collected ahead, train.rollout_ahead 1)
+    manifest.json        what the checkpoint was trained on (config, input files, models: `manifest`)
     complete             written last by rank 0: the world size and the size and sha256 of every other file
 
 A checkpoint is complete only with its marker, which is written once every file is on disk (fsynced), so a
@@ -11,7 +12,8 @@ run killed while saving resumes from the previous one; `keep_last` removes older
 newer one is complete. Resuming checks every file of the newest complete checkpoint against its marker: a
 damaged checkpoint is named with its bad files, renamed to `iter_<update>.damaged` and the previous complete
 one is loaded (saying so); with none left the run stops. A run directory with checkpoints but no complete
-one stops too (`checkpoint.resume: fresh` starts over).
+one stops too (`checkpoint.resume: fresh` starts over). A save that fails because the disk is full, over quota or
+read-only says so (`dnmopd.io.disk_errors`) and leaves the previous checkpoints as they were.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from dnmopd.io import apply_default_modes, atomic_write, sha256_file
+from dnmopd.io import apply_default_modes, atomic_write, disk_errors, sha256_file
 
 logger = logging.getLogger(__name__)
 
 MARKER = "complete"
+MANIFEST = "manifest.json"
 MARKER_FORMAT = "dnmopd-checkpoint/1"
 PATTERN = re.compile(r"^iter_(\d{7})$")
 
@@ -108,10 +111,17 @@ def _file_record(path: Path) -> dict:
 
 
 def save(run_dir: Path, update: int, student, optimization, trainer_state: dict, keep_last: int,
-         local_state: dict | None = None) -> Path:
+         local_state: dict | None = None, manifest: dict | None = None) -> Path:
     """Save a complete checkpoint after `update` updates; every rank must call it (`local_state`: this rank's
-    own state, saved with torch.save)."""
+    own state, saved with torch.save; `manifest`: rank 0's run manifest)."""
     directory = checkpoint_dir(run_dir, update)
+    with disk_errors(directory, "the checkpoint"):
+        _save(run_dir, directory, student, optimization, trainer_state, keep_last, local_state, manifest)
+    return directory
+
+
+def _save(run_dir: Path, directory: Path, student, optimization, trainer_state: dict, keep_last: int,
+          local_state: dict | None, manifest: dict | None) -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0 and directory.exists():
         shutil.rmtree(directory)  # an incomplete earlier attempt at this update
@@ -126,20 +136,21 @@ def save(run_dir: Path, update: int, student, optimization, trainer_state: dict,
             torch.save(local_state, f)
     if rank == 0:
         _write_json(directory / "trainer_state.json", trainer_state)
+        if manifest is not None:
+            _write_json(directory / MANIFEST, manifest)
     dist.barrier()
     files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()) \
         if rank == 0 else None
     records = {name: _file_record(directory / name) for name in _shares(files, rank, world)}
     if rank == 0:
-        manifest = {name: record for part in _gather(records) for name, record in part.items()}
+        listed = {name: record for part in _gather(records) for name, record in part.items()}
         apply_default_modes(directory)
         _write_json(directory / MARKER, {"format": MARKER_FORMAT, "world_size": world,
-                                         "files": dict(sorted(manifest.items()))})
+                                         "files": dict(sorted(listed.items()))})
         _prune(run_dir, keep_last)
     else:
         _gather(records)
     dist.barrier()
-    return directory
 
 
 def damage(directory: Path) -> list[str]:
@@ -175,7 +186,7 @@ def load(directory: Path, student, optimization) -> dict:
     # is_loading: a fresh optimizer has no moments yet; without it only the param groups would be requested
     optimizer_state = {"optimizer": optimization.optimizer.sharded_state_dict(model_state, is_loading=True)}
     extra = student.load_checkpoint(directory / "model", extra=optimizer_state, model_state=model_state)
-    optimization.optimizer.load_state_dict(extra["optimizer"])
+    optimization.load_optimizer_state(extra["optimizer"])
     rank = dist.get_rank()
     rng = rng_file(directory, rank)
     if rank < saved_world:
@@ -188,9 +199,9 @@ def load(directory: Path, student, optimization) -> dict:
     return json.loads((directory / "trainer_state.json").read_text())
 
 
-def resume(run_dir: Path, policy: bool | str, student, optimization) -> tuple[Path, dict] | None:
-    """(checkpoint, trainer state) to continue from under `checkpoint.resume` (`policy`), loaded into the
-    student and optimizer, or None to start at update 0. Every rank must call it."""
+def find(run_dir: Path, policy: bool | str) -> Path | None:
+    """The checkpoint to continue from under `checkpoint.resume` (`policy`), its files checked (a damaged one is
+    set aside for the previous complete one), or None to start at update 0. Every rank must call it."""
     run_dir = Path(run_dir)
     found = _checkpoints(run_dir)
     if policy == "fresh":
@@ -218,12 +229,18 @@ def resume(run_dir: Path, policy: bool | str, student, optimization) -> tuple[Pa
             if damaged:
                 _set_aside(damaged)
                 _warn("resuming from the previous complete checkpoint %s (update %d) instead", directory, update)
-            return directory, load(directory, student, optimization)
+            return directory
         _warn("checkpoint %s is damaged: %s", directory, "; ".join(problems))
         damaged.append((directory, problems))
     report = "; ".join(problem for _, problems in damaged for problem in problems)
     raise CheckpointError(f"no usable checkpoint in {run_dir / 'checkpoints'}: {report}; restore the files, or set "
                           "checkpoint.resume: fresh to start over (removes them)")
+
+
+def read_manifest(directory: Path) -> dict | None:
+    """The run manifest saved in a checkpoint (None: saved before checkpoints had one)."""
+    path = Path(directory) / MANIFEST
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def _set_aside(damaged: list[tuple[Path, list[str]]]) -> None:

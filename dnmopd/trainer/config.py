@@ -221,6 +221,12 @@ class CheckpointConfig:
     """true: continue from the newest complete checkpoint (its files checked; a damaged one falls back to the
     previous), an error when the run has checkpoints but none is complete; fresh: start over, removing the
     run's checkpoints; false: start at update 0, an error when the run already has checkpoints."""
+    allow_changes: list[str] = field(default_factory=list)
+    """Changes a resume accepts (docs/resume.md): every checkpoint records what it was trained on (the resolved
+    config, each input file's content, each model folder's identity), and a resume refuses any difference unless
+    an entry here covers its key, a dotted config key or a prefix of one (`*` for any list index), e.g.
+    [train.updates, optimizer.lr] to extend a run at a new learning rate. Accepted changes apply from the resumed
+    step (a changed lr or schedule length rebuilds the LR schedule there) and are logged once at start-up."""
     export_hf: bool = True
     """Write a Hugging Face release of the final student to <run_dir>/release."""
     release: CardConfig = field(default_factory=CardConfig)
@@ -229,6 +235,8 @@ class CheckpointConfig:
     def __post_init__(self):
         _require(self.save_every >= 1, "save_every", f"must be >= 1, got {self.save_every}")
         _require(self.keep_last >= 0, "keep_last", f"must be >= 0, got {self.keep_last}")
+        _require(all(key.strip(". ") for key in self.allow_changes), "allow_changes",
+                 f"must be a list of dotted config keys, got {self.allow_changes}")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -19,7 +19,8 @@ points: a measurement joins the update's metrics in `_update` (declare its names
 table to `metric_table`); a measurement of the updated weights joins `Measurements` (`measurements/schedule`):
 after the optimizer steps for the student's weights, after the weight sync for the rollout engine's.
 
-Every rank runs the same program (SPMD under torchrun). Build order: process groups, student, prompts and
+Every rank runs the same program (SPMD under torchrun). Build order: process groups, the run folder's lock
+(run_lock), the checkpoint to resume and the check of what it was trained on (manifest), student, prompts and
 sampler, rollout engine (leaders), method, teachers and verifiers (leaders), teacher LM heads (last stage,
 full-vocabulary loss or probe), mode over its collector, optimizer, rollout ahead, measurements, resume, the
 rollout servers' check (resumed: their weight sync), the fixed probe (initial student's), metrics.
@@ -38,7 +39,7 @@ from dnmopd.config import dump_yaml
 from dnmopd.data.chat import PromptTokenizer
 from dnmopd.data.prompts import load_run_prompts
 from dnmopd.hf.models import teacher_output_weight
-from dnmopd.io import atomic_write
+from dnmopd.io import atomic_write, disk_errors
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
@@ -50,6 +51,7 @@ from dnmopd.trainer.config import TrainerConfig
 from dnmopd.trainer.context import Layout, ModeContext
 from dnmopd.trainer.experience.collector import EXPERIENCE_METRICS, ExperienceCollector
 from dnmopd.trainer.experience.verification import Verification
+from dnmopd.trainer.manifest import check_resume
 from dnmopd.trainer.measurements.evaluation import TrainingEvaluation
 from dnmopd.trainer.measurements.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.measurements.metrics import MetricsLogger
@@ -59,6 +61,7 @@ from dnmopd.trainer.measurements.schedule import Measurements
 from dnmopd.trainer.method import Method
 from dnmopd.trainer.modes.base import StepCounts, mode_class
 from dnmopd.trainer.rollout_ahead import RolloutAhead
+from dnmopd.trainer.run_lock import RunLock
 from dnmopd.trainer.step.batch import TrainBatch, broadcast_batch
 from dnmopd.trainer.step.forward_backward import StudentForward, logp_matrix, sum_metrics
 from dnmopd.trainer.step.objectives import OBJECTIVE_METRICS, LMHead, LogProbs
@@ -116,6 +119,9 @@ class Trainer:
         self.is_leader = self.rank == self.leader
         self.dp_rank, self.dp_size = self.dims.dp_group.rank(), self.dims.dp_group.size()
         self.collection_group = dist.new_group(backend="gloo")  # collection-time agreement, any thread
+        self.lock = RunLock.take(self.run_dir)
+        self.resume_from = checkpoint.find(self.run_dir, config.checkpoint.resume)
+        self.manifest = check_resume(config, self.resume_from)
         self._write_resolved_config()
 
         self.student = Student.from_hf(config.student.hf_path, self.dims, config.student)
@@ -242,10 +248,10 @@ class Trainer:
         return teachers
 
     def _resume(self) -> int:
-        resumed = checkpoint.resume(self.run_dir, self.config.checkpoint.resume, self.student, self.optimization)
-        if resumed is None:
+        latest = self.resume_from
+        if latest is None:
             return 0
-        latest, state = resumed
+        state = checkpoint.load(latest, self.student, self.optimization)
         self.sampler.load_state_dict(state["sampler"])
         self.mode.load_state_dict(state["mode"])
         self.optimization.load_state_dict(state["optimization"])
@@ -276,7 +282,8 @@ class Trainer:
                 metrics = self._update(update)
                 metrics.update(self.measurements.after_sync(update, self.progress))
                 self.last_metrics = metrics
-                self.metrics.log(update, metrics)
+                with disk_errors(self.metrics.path, "the metrics"):
+                    self.metrics.log(update, metrics)
                 self.progress.finished(update, metrics)
                 done = update + 1
                 if done % self.config.checkpoint.save_every == 0 or done == self.config.train.updates:
@@ -380,7 +387,7 @@ class Trainer:
         state = {"update": update, "sampler": self.sampler.state_dict(), "mode": self.mode.state_dict(),
                  "optimization": self.optimization.state_dict()}
         checkpoint.save(self.run_dir, update, self.student, self.optimization, state, self.config.checkpoint.keep_last,
-                        local_state={"rollout_ahead": self.rollout_ahead.state_dict()})
+                        local_state={"rollout_ahead": self.rollout_ahead.state_dict()}, manifest=self.manifest)
 
     def _finish(self) -> None:
         if self.config.checkpoint.export_hf:
@@ -388,10 +395,11 @@ class Trainer:
             from dnmopd.hf.release import write_release
 
             updates = self.config.train.updates
-            write_release(self.student, self.run_dir / "release", training_config=dump_yaml(self.config),
-                          metrics=self.last_metrics, card=self.config.checkpoint.release,
-                          source=f"the trained model in memory at the end of the run (update {updates} of {updates})",
-                          log=logger.info if self.rank == 0 else lambda message: None)
+            with disk_errors(self.run_dir / "release", "the release"):
+                write_release(self.student, self.run_dir / "release", training_config=dump_yaml(self.config),
+                              metrics=self.last_metrics, card=self.config.checkpoint.release,
+                              source=f"the trained model in memory at the end of the run (update {updates} of "
+                                     f"{updates})", log=logger.info if self.rank == 0 else lambda message: None)
         if self.rank == 0 and self.config.logging.report:
             from dnmopd.trainer.measurements.report import draw_report
 
@@ -408,3 +416,5 @@ class Trainer:
             self.dims.destroy()
         if dist.is_initialized():
             dist.destroy_process_group()
+        if getattr(self, "lock", None) is not None:
+            self.lock.release()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+from distributed import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "demo_cpu.yaml"
+VOLATILE = ("time", "time/", "throughput/")
 
 
 def tiny_overrides(models: Path, run_dir: Path, *, updates: int = 3, name: str = "run") -> list[str]:
@@ -23,8 +27,21 @@ def tiny_overrides(models: Path, run_dir: Path, *, updates: int = 3, name: str =
     ]
 
 
+def torchrun(overrides: list[str], *, processes: int = 2) -> list[str]:
+    """The command line of a training run of the demo config with `overrides`, on `processes` CPU processes."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_port",
+            str(free_port()), str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(DEMO),
+            *[arg for o in overrides for arg in ("--set", o)]]
+
+
 def read_metrics(run_dir: Path, name: str = "run") -> list[dict]:
     return [json.loads(line) for line in (run_dir / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def stable(records: list[dict]) -> list[dict]:
+    """Records without wall-clock measurements (times, throughput, latencies)."""
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE) and not k.endswith("latency_s")}
+            for r in records]
 
 
 def demo_bank(models: Path, path: Path) -> Path:

@@ -86,7 +86,8 @@ def test_resumed_run_measures_the_stored_probe(demo_models, tmp_path):
     first = run(demo_models, tmp_path, updates=2, extra=["checkpoint.save_every=1"])
     stored = (first / PROBE_FILE).read_bytes()
     before = read_metrics(tmp_path)
-    resumed = run(demo_models, tmp_path, updates=3, extra=["checkpoint.save_every=1", "checkpoint.export_hf=true"])
+    resumed = run(demo_models, tmp_path, updates=3, extra=["checkpoint.save_every=1", "checkpoint.export_hf=true",
+                                                          "checkpoint.allow_changes=[train.updates]"])
     assert (resumed / PROBE_FILE).read_bytes() == stored
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records] == [0, 1, 2]

@@ -8,27 +8,21 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
-from distributed import free_port
-from run_helpers import DEMO, REPO, read_metrics, tiny_overrides
+from run_helpers import read_metrics, stable, tiny_overrides, torchrun
 
 from dnmopd.trainer import checkpoint
 
-VOLATILE = ("time", "time/", "throughput/")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 KEEP_TWO = ["checkpoint.keep_last=2"]
 
 
 def command(models, run_dir, *, updates=6, extra=()):
-    overrides = tiny_overrides(models, run_dir, updates=updates) + ["checkpoint.save_every=2",
-                                                                    "data.sampler.prompts_per_rollout=4", *extra]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-            str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(DEMO),
-            *[arg for o in overrides for arg in ("--set", o)]]
+    return torchrun(tiny_overrides(models, run_dir, updates=updates) + ["checkpoint.save_every=2",
+                                                                        "data.sampler.prompts_per_rollout=4", *extra])
 
 
 def kill_run(process):
@@ -40,12 +34,6 @@ def kill_run(process):
             worker.kill()
     process.wait()
     psutil.wait_procs(workers, timeout=30)
-
-
-def stable(records):
-    """Records without wall-clock measurements (times, throughput, latencies)."""
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE) and not k.endswith("latency_s")}
-            for r in records]
 
 
 @pytest.mark.slow

@@ -161,6 +161,8 @@ class FakeEvaluation:
 
 
 class FakeMetrics:
+    path = "metrics.jsonl"  # what a failed write would name
+
     def __init__(self, events):
         self.events, self.records = events, {}
 
@@ -193,7 +195,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     trainer.metric_table = (trainer_module.LOOP_METRICS | EXPERIENCE_METRICS | OBJECTIVE_METRICS | PROBE_METRICS
                             | FakeMode.metrics)
     trainer.rollout_ahead = RolloutAhead(trainer.mode.collect, ahead=ahead)
-    trainer.start_update, trainer.last_metrics = 0, {}
+    trainer.start_update, trainer.last_metrics, trainer.manifest = 0, {}, {"format": "manifest"}
     # what the probe and the evaluation measure has tests of their own (test_probe, test_eval_during_training)
     trainer.measurements = Measurements(FakeEvaluation(events, eval_at), FakeProbe(events, probe_at))
     trainer.metrics = FakeMetrics(events)
@@ -201,7 +203,8 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     trainer.run_dir = None
     trainer.sampler = SimpleNamespace(state_dict=lambda: {"sampler": "state"})
 
-    def save(run_dir, update, student, optimization, state, keep_last, local_state):
+    def save(run_dir, update, student, optimization, state, keep_last, local_state, manifest):
+        assert manifest == {"format": "manifest"}
         assert state == {"update": update, "sampler": {"sampler": "state"}, "mode": {},
                          "optimization": {"steps": update * steps}}
         assert local_state == {"rollout_ahead": {"ready": None}}  # nothing collected ahead at the run's end

@@ -9,6 +9,10 @@ of the global objective (normalized by the global response or token count), so
 - `finalize_model_grads` runs without a token count (no further scaling).
 
 Summing the ranks' shares then gives exactly the gradient of the global objective.
+
+A resumed run takes the optimizer's moments and step counts from the checkpoint and its hyperparameters (the LR
+schedule, betas, eps, weight decay) from the config: the run manifest (`trainer/manifest.py`) refuses a changed
+config unless `checkpoint.allow_changes` accepts it, and an accepted change then applies from the resumed step.
 """
 
 from __future__ import annotations
@@ -44,7 +48,17 @@ class Optimization:
         return {"scheduler": self.scheduler.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """The schedule's position (optimizer steps taken); its shape is this run's config (the scheduler is built
+        to override the checkpoint's values), so the learning rate is the new schedule's at that step."""
         self.scheduler.load_state_dict(state["scheduler"])
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """The checkpoint's optimizer state (moments, step counts) under this run's hyperparameters: loading
+        would otherwise restore the saved param groups' lr bounds, betas, eps and weight decay."""
+        configured = [{k: v for k, v in group.items() if k != "params"} for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(state)
+        for group, values in zip(self.optimizer.param_groups, configured, strict=True):
+            group.update(values)
 
 
 def _finalize_without_token_scaling(finalize, model, num_tokens, **kwargs):
@@ -87,6 +101,6 @@ def build_optimization(student, config, total_steps: int) -> Optimization:
         optimizer, init_lr=0.0 if warmup else config.lr, max_lr=config.lr, min_lr=config.min_lr,
         lr_warmup_steps=warmup, lr_decay_steps=max(total_steps, warmup + 1), lr_decay_style=config.lr_decay_style,
         start_wd=config.weight_decay, end_wd=config.weight_decay, wd_incr_steps=max(total_steps, 1),
-        wd_incr_style="constant",
+        wd_incr_style="constant", use_checkpoint_opt_param_scheduler=False, override_opt_param_scheduler=True,
     )
     return Optimization(model, optimizer, scheduler)
