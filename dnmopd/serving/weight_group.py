@@ -114,16 +114,16 @@ def _new_group(host: str, port: int, world_size: int, name: str, backend: str, *
                join_timeout_s: float, timeout_s: float):
     """This process as rank 0 of a process group of its own with `world_size - 1` server ranks.
 
-    It mirrors, call for call, how an SGLang server joins (its `init_custom_process_group`): a TCP rendezvous
-    store hosted by rank 0, prefixed by the group's name, and torch's group constructor outside the default
-    world. torch has no public API for a second group beside the default one; this private helper is the one
-    SGLang itself uses, so both sides build the group the same way (checked against torch 2.13 here and the
-    server's 2.14.1)."""
+    It mirrors, call for call, how an SGLang server joins (its `init_custom_process_group`): a TCP store hosted by
+    rank 0 (the servers' `tcp://` rendezvous connects to it), prefixed by the group's name, and torch's group
+    constructor outside the default world. The store is made here, not by `rendezvous`, which under torchrun
+    would only connect to the elastic agent's store. torch has no public API for a second group beside the
+    default one; this private helper is the one SGLang itself uses, so both sides build the group the same way
+    (checked against torch 2.13 here and the server's 2.14.1)."""
     from torch.distributed import distributed_c10d as c10d
 
     join_timeout = datetime.timedelta(seconds=join_timeout_s)
-    store, _, _ = next(c10d.rendezvous(f"tcp://{host}:{port}", 0, world_size, timeout=join_timeout))
-    store.set_timeout(join_timeout)
+    store = dist.TCPStore(host, port, world_size, True, join_timeout, multi_tenant=True)
     group, _ = c10d._new_process_group_helper(world_size, 0, [], backend, c10d.PrefixStore(name, store),
                                               group_name=name, timeout=datetime.timedelta(seconds=timeout_s))
     c10d._world.pg_group_ranks[group] = {rank: rank for rank in range(world_size)}
