@@ -158,13 +158,14 @@ class WeightGroup:
         port: int = 0
         """TCP port of the group's rendezvous on the sending rank (0: a free one, picked at each formation)."""
         bucket_mb: float = 256.0
-        """Tensors (of one dtype) per update call, in MiB; a larger tensor is sent alone."""
+        """Tensors (of one dtype) per update call, in MiB; a larger tensor is sent alone. Each call is an HTTP round
+        trip to every server, so small buckets cost round trips on a GPU (docs/weight-sync.md)."""
         flatten: bool = True
-        """Send each bucket's bytes as one broadcast (SGLang's `flattened_bucket`); false: one broadcast per
-        tensor."""
+        """Send each bucket's bytes as one broadcast (SGLang's `flattened_bucket`); false: one broadcast per tensor
+        (faster through gloo on a CPU, docs/benchmarks.md)."""
         timeout_s: float = 300.0
-        """Bound of every collective and HTTP call of an update: a hung or dead server fails the update within
-        it (a dead one at once)."""
+        """Bound of every collective and HTTP call of an update: a hung server fails the update within it (a dead
+        one at once), plus at most 10 s of clean-up on the other servers."""
         join_timeout_s: float = 120.0
         """Bound of forming the group (every server joins, or the error names those that did not)."""
 

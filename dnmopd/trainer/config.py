@@ -155,7 +155,8 @@ class TeachersConfig:
     template, twice, and continues one greedily; the run is refused, with the cause named, when its vocabulary,
     special-token ids or chat template differ from the student's, or its log-probs are non-finite, zero-filled,
     uniform, constant, not deterministic, or not above the uniform baseline on its own greedy continuation
-    (dnmopd/teachers/self_test.py)."""
+    (dnmopd/teachers/self_test.py; the result of each is the trainer's `teacher_self_test`). It costs about
+    0.12 s per CPU demo teacher (0.37 s for the three, on each model-parallel leader)."""
 
     def names(self) -> list[str]:
         return [m.config.name for m in self.models]
