@@ -21,6 +21,7 @@ probe follows, as after an update from disk. A failed broadcast leaves the serve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -160,15 +161,22 @@ class SGLangRollout(HttpRolloutEngine):
 
     def _servers_left_group(self) -> bool:
         """Whether a server lost the group's label (restarted since it joined) or does not answer."""
-        label = version_tag(self.weight_version)
+        expected = version_tag(self.weight_version)
 
-        async def labels() -> list[Any]:
-            answers = await asyncio.gather(*(self.pool.get(r, "/get_model_info") for r in self.pool.replicas),
-                                           return_exceptions=True)
-            return [a.get("weight_version") if isinstance(a, dict) else None for a in answers]
+        async def label(replica: Replica) -> str | None:
+            try:
+                status, text = await self.pool.request_to(replica, "GET", "/get_model_info",
+                                                          timeout_s=self._group_config.timeout_s)
+                info = json.loads(text) if status == 200 else None
+            except (ServingError, ValueError):
+                return None
+            return info.get("weight_version") if isinstance(info, dict) else None
+
+        async def labels() -> list[str | None]:
+            return list(await asyncio.gather(*(label(replica) for replica in self.pool.replicas)))
 
         replicas = zip(self.pool.replicas, run_blocking(labels()), strict=True)
-        lost = [replica.url for replica, version in replicas if version != label]
+        lost = [replica.url for replica, version in replicas if version != expected]
         if lost:
             logger.warning("rollout servers %s left the weight-update group (restarted?): forming a new one", lost)
         return bool(lost)
@@ -185,13 +193,9 @@ class SGLangRollout(HttpRolloutEngine):
         for replica in self.pool.replicas:
             run_blocking(self._wait_healthy(replica, deadline))
         try:
-            self._group = WeightGroup(config, self.pool, name=f"dnmopd-weights-{uuid.uuid4().hex[:12]}")
-            label = {"new_version": version_tag(self.weight_version)}
-            for replica in self.pool.replicas:
-                run_blocking(self.pool.post_to(replica, sglang_api.WEIGHT_ROUTES["version"], label))
+            self._group = WeightGroup(config, self.pool, name=f"dnmopd-weights-{uuid.uuid4().hex[:12]}",
+                                      version=version_tag(self.weight_version))
         except ServingError as error:
-            if self._group is not None:
-                self._group.close()
             raise WeightUpdateError(f"rollout servers: {error}") from error
 
     async def _wait_healthy(self, replica: Replica, deadline: float) -> None:

@@ -184,8 +184,9 @@ class WeightGroup:
                 return self.backend
             return "nccl" if torch.cuda.is_available() else "gloo"
 
-    def __init__(self, config: Config, pool: ReplicaPool, *, name: str):
-        """Form the group with every replica of `pool` (blocking; raises WeightGroupError)."""
+    def __init__(self, config: Config, pool: ReplicaPool, *, name: str, version: str):
+        """Form the group with every replica of `pool` and label each with `version` (blocking; raises
+        WeightGroupError). A server that restarts loses the label, which is how its sender finds out."""
         self.config = config
         self.pool = pool
         self.name = name
@@ -198,6 +199,11 @@ class WeightGroup:
         """The servers' parameter dtype: tensors are cast to it before they are sent."""
         self.members = self._members()
         self._form()
+        try:
+            self._on_every_server("version", {"new_version": version})
+        except WeightGroupError:
+            self.close()
+            raise
 
     # -- forming -------------------------------------------------------------------------------------------
 
