@@ -1,9 +1,11 @@
-"""The trainer at data parallel 2 with `rollout.sync: distributed` against a real SGLang server (CPU, gloo).
+"""The trainer with `rollout.sync: distributed` against a real SGLang server (CPU, gloo): data parallel 2, and
+pipeline parallel 2.
 
 `rollout.sender_dp_rank: 1` makes global rank 1 the sender: it forms the weight-update group as the group's
 rank 0 (SGLang's fixed broadcast source) and broadcasts the weights after each of 3 updates; every update is
 probed. Each update's rollouts come from the weights the previous sync served, so the trainer's log-probs of them
-equal SGLang's (the rollout log-prob difference); the final served weights equal the run's release.
+equal SGLang's (the rollout log-prob difference); the final served weights equal the run's release. At pipeline
+parallel 2 the second stage's layers reach the sending leader over the trainer's pipeline group as it streams.
 
 The same run with `sync: disk` must log the same metrics. SGLang's sampling is not seeded on the CPU (only
 `--enable-deterministic-inference` seeds it, and that refuses the CPU attention backend), so this pair of runs
@@ -26,7 +28,7 @@ import torch
 from sglang_servers import SGLangServer
 from tiny_checkpoints import VOCAB, reference_logprobs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # a server start and three trainer runs
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # a server start and four trainer runs
 
 REPO = Path(__file__).resolve().parents[2]
 DOMAINS = ("math", "code", "ifeval")
@@ -86,9 +88,9 @@ def serve(server, folder):
     assert call(server.url + "/update_weights_from_disk", {"model_path": str(folder)})["success"]
 
 
-def train(models, student, run_dir, server, sync):
-    """A 3-update DP-2 run under torchrun (data parallel rank 1 sends the weights); returns its metrics and the
-    stderr of each rank."""
+def train(models, student, run_dir, server, sync, extra=()):
+    """A 3-update run on 2 processes under torchrun (data parallel 2, rank 1 sending the weights, unless `extra`
+    overrides say otherwise); returns its metrics and the stderr of each rank."""
     teachers = ", ".join(f"{{backend: inprocess, name: {d}_teacher, model_path: {models / f'{d}_teacher'}}}"
                          for d in DOMAINS)
     engine = (f"{{backend: sglang, model_path: {student}, update_dir: {run_dir / 'updates'}, "
@@ -99,7 +101,7 @@ def train(models, student, run_dir, server, sync):
                  "rollout.sampling.max_new_tokens=8", "checkpoint.export_hf=true", "logging.progress=false",
                  "logging.report=false", "logging.metrics.tensorboard=false", "logging.probe_every=0",
                  "optimizer.lr=1e-3", "optimizer.lr_warmup_updates=0", f"rollout.sync={sync}",
-                 "rollout.sender_dp_rank=1", "rollout.distributed.backend=gloo"]
+                 "rollout.sender_dp_rank=1", "rollout.distributed.backend=gloo", *extra]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                "--log-dir", str(run_dir / "logs"), "--redirects", "3",
                str(REPO / "launch" / "pretrain_dnmopd.py"), "--config", str(REPO / "configs" / "demo_cpu.yaml"),
@@ -150,3 +152,14 @@ def test_the_same_run_with_sync_disk_logs_the_same_metrics(models, server, tmp_p
         assert [broadcast[key] for key in compared] == pytest.approx([disk[key] for key in compared], rel=1e-6,
                                                                       abs=1e-9), compared
     assert runs["disk"][-1]["grad_norm"] > 0 and runs["disk"][0]["loss"] != runs["disk"][-1]["loss"]  # it trains
+
+
+def test_a_pipeline_parallel_student_streams_both_stages_into_the_broadcast(models, server, tmp_path):
+    """PP 2 (data parallel 1): the leader sends while the other stage's layers reach it over the pipeline group."""
+    serve(server, models / "student")
+    records, logs = train(models, models / "student", tmp_path, server, "distributed",
+                          extra=["parallel.pipeline=2", "rollout.sender_dp_rank=0"])
+    assert "weight-update group" in logs[0] and "weight-update group" not in logs[1]
+    for record in records:
+        assert record["train_rollout_logprob_abs_diff"] < 1e-4, record
+    assert call(server.url + "/get_model_info")["weight_version"] == "step-3"
