@@ -147,11 +147,13 @@ class RolloutEngine(BlockingClient, ABC):
     """Generates responses for the student. Built from its backend's `Config.build()`.
 
     What the trainer must know of a backend before it has an engine (off the model-parallel leaders it has
-    none) is declared on the class (`shared_across_ranks`, `causal_lm_weight_names`)."""
+    none) is declared on the class (`shared_across_ranks`, `causal_lm_weight_names`, `distributed_sync`)."""
 
     shared_across_ranks: ClassVar[bool] = False
     """One engine (a set of servers) serves every data-parallel rank, so one rank updates its weights for all;
     False: each model-parallel leader has an engine of its own."""
+    distributed_sync: ClassVar[bool] = False
+    """The backend can take updates broadcast over a process group (`rollout.sync: distributed`)."""
     causal_lm_weight_names: ClassVar[bool] = False
     """`update_weights` takes the parameter names of transformers' AutoModelForCausalLM (`model.*`); False: the
     checkpoint's names (`model.language_model.*` for the VL layout), as the served folder has them."""

@@ -1,16 +1,19 @@
 """What the SGLang and vLLM rollout engines share: the pool, generation requests, weight updates from disk,
-weight versions.
+weight versions, the sync state shared with the other data-parallel leaders.
 
-A weight update writes the HF-named tensors as a model folder under `update_dir`, asks every replica to
-load it under the version tag `step-<n>`, and then probes every replica: the served log-probs of the probe
+A weight update from disk writes the HF-named tensors as a model folder under `update_dir`, asks every replica
+to load it under the version tag `step-<n>`, and then probes every replica: the served log-probs of the probe
 sequence must equal the expected log-probs of the new weights, or `WeightUpdateError` is raised (a server that
 silently kept old weights, e.g. vLLM's tied LM head, cannot go unnoticed). The previous update folder is
-removed once the new one is verified.
+removed once the new one is verified. (The SGLang engine can instead broadcast the tensors over a process
+group, `rollout.sglang`; no folder then holds the served weights.)
 
 Every answer that reports the version it was computed with (SGLang's `meta_info.weight_version`) is checked
 against the last update. A replica that answers from another version (restarted, or it missed an update)
-is re-synced from the last update folder and probed before it serves again; if that fails the run stops
-with `WeightUpdateError`. A stale rollout is never used.
+is re-synced from the folder that holds the last update and probed before it serves again; if that fails, or
+no folder holds it (a broadcast update), the run stops with `WeightUpdateError`. A stale rollout is never used.
+One data-parallel leader updates the shared servers; the others adopt its `sync_state()`, so that every
+leader checks versions and can re-sync a replica.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import logging
 import shutil
 from abc import abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,18 @@ def version_tag(update: int) -> str:
     return f"step-{update}"
 
 
+@dataclass(frozen=True, slots=True)
+class SyncState:
+    """What the leader that updated the shared servers knows of what they serve (picklable, for the others)."""
+
+    weight_version: int
+    served_folder: Path | None
+    """The folder the servers report serving (None: `model_path`)."""
+    weights_folder: Path | None
+    """A folder holding the weights of `weight_version`, to re-sync a restarted replica from (None: none does)."""
+    probe: WeightProbe | None
+
+
 class HttpRolloutEngine(RolloutEngine):
     shared_across_ranks = True
     generate_path: str
@@ -62,6 +78,8 @@ class HttpRolloutEngine(RolloutEngine):
         self.weight_version = 0
         """Number of weight updates served so far (the version tag of the last one is `version_tag(n)`)."""
         self._served_folder: Path | None = None
+        self._weights_folder: Path | None = Path(config.model_path)
+        """The folder holding the weights of the last update (None after a broadcast update: no folder does)."""
         self._probe: WeightProbe | None = None
         self._resync_locks: dict[str, asyncio.Lock] = {}
 
@@ -125,10 +143,16 @@ class HttpRolloutEngine(RolloutEngine):
                 await self._check_served(replica)
                 return  # a concurrent request has re-synced it already
             except StaleReplica as error:
-                logger.warning("rollout server %s %s: re-syncing it from %s", replica.url, error, self.served_folder)
-            source = f"rollout server {replica.url} (re-synced from {self.served_folder})"
+                if self._weights_folder is None:
+                    raise WeightUpdateError(
+                        f"rollout server {replica.url} {error}: the weights of {self.expected_version} were "
+                        "broadcast (rollout.sync distributed), so no folder holds them and a server restarted "
+                        "between two updates gets them only from the next one; the run stops rather than use its "
+                        "stale rollouts (resume it: the resumed run sends its weights to every server)") from error
+                logger.warning("rollout server %s %s: re-syncing it from %s", replica.url, error, self._weights_folder)
+            source = f"rollout server {replica.url} (re-synced from {self._weights_folder})"
             try:
-                await self._load(replica, self.served_folder, self.expected_version)
+                await self._load(replica, self._weights_folder, self.expected_version)
                 served = await self._probe_logprobs(replica, self._probe)
             except (ServingError, WeightUpdateError) as error:
                 message = f"{source}: answered from stale weights and the re-sync failed: {error}"
@@ -160,9 +184,33 @@ class HttpRolloutEngine(RolloutEngine):
         run_blocking(self.pool.each_replica(update))
         self.weight_version += 1
         self._probe = probe
+        self._weights_folder = folder
         previous, self._served_folder = self._served_folder, folder
         if previous is not None and previous != folder and previous.parent == Path(self.config.update_dir).resolve():
             shutil.rmtree(previous, ignore_errors=True)
+
+    def _verify_every_replica(self, probe: WeightProbe) -> None:
+        """Probe every replica after an update; a mismatch or a failed probe raises WeightUpdateError."""
+        async def verify(replica: Replica) -> None:
+            try:
+                served = await self._probe_logprobs(replica, probe)
+            except ServingError as error:
+                raise WeightUpdateError(f"rollout server {replica.url}: probe after the update failed: {error}") \
+                    from error
+            probe.verify(served, source=f"rollout server {replica.url}")
+
+        run_blocking(self.pool.each_replica(verify))
+
+    def sync_state(self) -> SyncState:
+        """What this engine's updates left the servers serving, for the leaders that did not send them."""
+        return SyncState(self.weight_version, self._served_folder, self._weights_folder, self._probe)
+
+    def adopt_sync_state(self, state: SyncState) -> None:
+        """Another leader updated the shared servers: check answers against its version, re-sync from its folder."""
+        self.weight_version = state.weight_version
+        self._served_folder = state.served_folder
+        self._weights_folder = state.weights_folder
+        self._probe = state.probe
 
     def check(self) -> None:
         """Every replica answers its health route with 200 and serves `served_folder` at `expected_version`

@@ -1,4 +1,5 @@
-"""SGLang rollout engine: `/generate` from token ids with log-probs; weight updates from disk.
+"""SGLang rollout engine: `/generate` from token ids with log-probs; weight updates from disk or over a process
+group (`rollout.sync`: disk | distributed).
 
 SGLang reports log_softmax(logits / T) before top-k/top-p truncation. To report the sampled distribution
 (`rollout.base`) the engine, when top_k is on, also asks for the top-k log-probs and subtracts their
@@ -7,10 +8,24 @@ SGLang ignores `sampling_seed` unless the server runs with `--enable-determinist
 refused unless `deterministic_server` says the server was started that way. Weight updates use
 `POST /update_weights_from_disk` with the version tag (synchronous; flushes the radix cache); every answer's
 `meta_info.weight_version` and `/get_model_info` (`model_path`, `weight_version`) show what a replica serves.
+
+With `join_weight_group` (the trainer calls it on the sending rank under `rollout.sync: distributed`) every
+update is broadcast over a process group instead (`serving.weight_group`): no folder is written. Joining labels
+every server with the engine's current version, so a server that restarts loses the label with the group: before
+each update the engine reads every server's version, and if one lost it (or the last update failed) it drops
+the group on every server and forms a new one, whose broadcast then brings every server to the new version. The
+probe follows, as after an update from disk. A failed broadcast leaves the servers labelled `incomplete-<version>`
+(some buckets may have loaded), so that no answer from them is taken for the last good version.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +33,15 @@ from typing import Any
 import torch
 
 from dnmopd.rollout.base import RolloutError, RolloutRequest, SamplingParams, WeightProbe, WeightUpdateError
-from dnmopd.rollout.http_engine import HttpRolloutEngine
+from dnmopd.rollout.http_engine import HttpRolloutEngine, version_tag
 from dnmopd.serving import sglang_api
-from dnmopd.serving.errors import RequestRejected, ResponseFormatError, StaleReplica, describe
+from dnmopd.serving.blocking import run_blocking
+from dnmopd.serving.errors import RequestRejected, ResponseFormatError, ServingError, StaleReplica, describe
 from dnmopd.serving.pool import Replica, ReplicaPool
 from dnmopd.serving.servers import HEALTH_PATHS
+from dnmopd.serving.weight_group import SendStats, WeightGroup, WeightGroupError
+
+logger = logging.getLogger(__name__)
 
 
 def sglang_sampling(params: SamplingParams, seed: int | None, *, deterministic_server: bool) -> dict[str, Any]:
@@ -50,6 +69,7 @@ def sampled_logprobs(reported: torch.Tensor, top_values: torch.Tensor | None) ->
 class SGLangRollout(HttpRolloutEngine):
     generate_path = "/generate"
     health_path = HEALTH_PATHS["sglang"]
+    distributed_sync = True
 
     @dataclass(kw_only=True, slots=True)
     class Config:
@@ -66,6 +86,13 @@ class SGLangRollout(HttpRolloutEngine):
 
         def build(self) -> SGLangRollout:
             return SGLangRollout(self)
+
+    def __init__(self, config: Config):
+        super().__init__(config)
+        self._group_config: WeightGroup.Config | None = None
+        self._group: WeightGroup | None = None
+        self.last_send: SendStats | None = None
+        """Size and time of the last broadcast update."""
 
     def _top_k_conversion(self, params: SamplingParams) -> int:
         return params.top_k if params.top_k != -1 and not params.greedy else 0
@@ -108,3 +135,88 @@ class SGLangRollout(HttpRolloutEngine):
         if self.expected_version is not None and version != self.expected_version:
             raise StaleReplica(f"serves weight version {version!r}, expected {self.expected_version!r}")
         self._check_path(replica, served)
+
+    # -- weight updates over a process group -----------------------------------------------------------------
+
+    def join_weight_group(self, config: WeightGroup.Config) -> None:
+        """Form the weight-update group with every replica (this process is its rank 0, whatever its global rank)
+        and send every later update over it. Raises WeightUpdateError naming a server that did not join."""
+        self._group_config = config
+        self._form_group()
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], probe: WeightProbe) -> None:
+        if self._group_config is None:
+            return super().update_weights(named_tensors, probe)
+        version = version_tag(self.weight_version + 1)
+        if self._group is None or self._group.broken or self._servers_left_group():
+            self._form_group()
+        try:
+            self.last_send = self._group.send(named_tensors, version)
+        except WeightGroupError as error:
+            raise WeightUpdateError(f"rollout servers: {error}") from error
+        self._verify_every_replica(probe)
+        self.weight_version += 1
+        self._probe = probe
+        self._weights_folder = None
+
+    def _servers_left_group(self) -> bool:
+        """Whether a server lost the group's label (restarted since it joined) or does not answer."""
+        expected = version_tag(self.weight_version)
+
+        async def label(replica: Replica) -> str | None:
+            try:
+                status, text = await self.pool.request_to(replica, "GET", "/get_model_info",
+                                                          timeout_s=self._group_config.timeout_s)
+                info = json.loads(text) if status == 200 else None
+            except (ServingError, ValueError):
+                return None
+            return info.get("weight_version") if isinstance(info, dict) else None
+
+        async def labels() -> list[str | None]:
+            return list(await asyncio.gather(*(label(replica) for replica in self.pool.replicas)))
+
+        replicas = zip(self.pool.replicas, run_blocking(labels()), strict=True)
+        lost = [replica.url for replica, version in replicas if version != expected]
+        if lost:
+            logger.warning("rollout servers %s left the weight-update group (restarted?): forming a new one", lost)
+        return bool(lost)
+
+    def _form_group(self) -> None:
+        """Drop the old group everywhere, wait (within join_timeout_s) until every server is healthy, form a new
+        group and label every server with the current version."""
+        config = self._group_config
+        if self._group is not None:
+            self._group.close()
+            run_blocking(self._group.drop_on_servers())
+            self._group = None
+        deadline = time.monotonic() + config.join_timeout_s
+        for replica in self.pool.replicas:
+            run_blocking(self._wait_healthy(replica, deadline))
+        try:
+            self._group = WeightGroup(config, self.pool, name=f"dnmopd-weights-{uuid.uuid4().hex[:12]}",
+                                      version=version_tag(self.weight_version))
+        except ServingError as error:
+            raise WeightUpdateError(f"rollout servers: {error}") from error
+
+    async def _wait_healthy(self, replica: Replica, deadline: float) -> None:
+        while True:
+            try:
+                status = await self.pool.health_status(replica, timeout_s=max(1.0, deadline - time.monotonic()))
+            except ServingError as error:
+                status, problem = 0, str(error)
+            else:
+                problem = f"{self.health_path} answered {status}"
+            if status == 200:
+                return
+            if time.monotonic() >= deadline:
+                raise WeightUpdateError(f"rollout server {replica.url} is not healthy within "
+                                        f"{self._group_config.join_timeout_s:g} s ({problem}): it cannot join the "
+                                        "weight-update group")
+            await asyncio.sleep(1.0)
+
+    async def aclose(self) -> None:
+        if self._group is not None:
+            self._group.close()
+            await self._group.drop_on_servers()
+            self._group = None
+        await super().aclose()

@@ -236,3 +236,60 @@ def _check_echo(echoed: Any, sent: int, vocab_size: int, position: int) -> None:
         f"echoed token id {echoed!r} at position {position} differs from the id sent ({sent}): "
         "the server scored a different sequence"
     )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Weight updates over a process group (SGLang 0.5.23's routes; what they do is in serving.weight_group).
+
+WEIGHT_ROUTES = {"init": "/init_weights_update_group", "destroy": "/destroy_weights_update_group",
+                 "begin": "/begin_weight_update", "update": "/update_weights_from_distributed",
+                 "end": "/end_weight_update", "pause": "/pause_generation", "continue": "/continue_generation",
+                 "version": "/update_weight_version"}
+SESSION_ALREADY_OPEN = "a weight-update session is already open"
+"""The message of a `/begin_weight_update` refused because an earlier (failed) update never ended its session."""
+
+
+def init_group_body(host: str, port: int, rank_offset: int, world_size: int, group_name: str,
+                    backend: str) -> dict[str, Any]:
+    """Join the custom group whose rank 0 (the sender, the rendezvous store's host) listens on host:port; the
+    server's tensor-parallel ranks take ranks `rank_offset` .. `rank_offset + tp - 1`."""
+    return {"master_address": host, "master_port": port, "rank_offset": rank_offset, "world_size": world_size,
+            "group_name": group_name, "backend": backend}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """A torch dtype as the update routes name it (`torch.bfloat16` -> `bfloat16`)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def update_body(tensors: Sequence[tuple[str, torch.Tensor]], group_name: str, *, flattened: bool,
+                version: str | None) -> dict[str, Any]:
+    """Receive `tensors` (their names, dtypes, shapes) from the group's rank 0: one broadcast per tensor, or
+    one of their bytes concatenated (`flattened`). The last call of an update sets its `version` and flushes
+    the radix cache (the earlier ones do not: generation is paused in between)."""
+    body: dict[str, Any] = {
+        "names": [name for name, _ in tensors],
+        "dtypes": [dtype_name(t.dtype) for _, t in tensors],
+        "shapes": [list(t.shape) for _, t in tensors],
+        "group_name": group_name,
+        "flush_cache": version is not None,
+    }
+    if flattened:
+        body["load_format"] = "flattened_bucket"
+    if version is not None:
+        body["weight_version"] = version
+    return body
+
+
+def server_parallelism(info: Any) -> tuple[int, int]:
+    """(tp_size, dp_size) from a `/get_server_info` answer."""
+    sizes = tuple(info.get(key) if isinstance(info, dict) else None for key in ("tp_size", "dp_size"))
+    if not all(isinstance(size, int) and size >= 1 for size in sizes):
+        raise ResponseFormatError(f"/get_server_info without integer tp_size and dp_size: {describe(info)}")
+    return sizes
+
+
+def check_success(answer: Any, route: str) -> None:
+    """A weight route's answer is `{"success": true, ...}`; anything else is a format error."""
+    if not isinstance(answer, dict) or answer.get("success") is not True:
+        raise ResponseFormatError(f"{route} answered {describe(answer)}")

@@ -140,6 +140,11 @@ class TeacherScorer(BlockingClient, ABC):
 
         return run_blocking(score_all())
 
+    @abstractmethod
+    async def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        """The teacher's greedy continuation of `prompt_ids` (an eos it generates ends it and is kept); for the
+        self-test (`teachers.self_test`)."""
+
     def check(self) -> None:
         """Startup checks (health, identity, vocabulary). Raises `TeacherError` when one fails."""
         return None

@@ -99,6 +99,19 @@ class InProcessTeacher(TeacherScorer):
                 hidden_states=s.hidden_states if self.config.return_hidden_states else None))
         return results
 
+    async def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        validate_token_ids(prompt_ids, self.vocab_size, what=f"{self.name} greedy prompt")
+        return await asyncio.to_thread(self._greedy, list(prompt_ids), max_new_tokens)
+
+    @torch.no_grad()
+    def _greedy(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        device = self.model.get_output_embeddings().weight.device
+        ids = torch.tensor([prompt_ids], device=device)
+        output = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                     do_sample=False, top_p=None, top_k=None, temperature=None,
+                                     pad_token_id=self.model.generation_config.pad_token_id or 0)
+        return output[0, len(prompt_ids):].tolist()
+
     # -- async path: requests arriving while a forward runs are batched together ---------------------------
 
     async def score(self, request: ScoreRequest) -> TeacherScores:

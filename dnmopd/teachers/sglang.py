@@ -17,6 +17,7 @@ from typing import Any
 from dnmopd.hf.models import same_model_path
 from dnmopd.serving import sglang_api
 from dnmopd.serving.servers import HEALTH_PATHS
+from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError
 from dnmopd.teachers.http_teacher import HttpTeacher
 
@@ -58,6 +59,11 @@ class SGLangTeacher(HttpTeacher):
         self.pool.counters["prompt_tokens"] += prompt_tokens
         self.pool.counters["cached_tokens"] += cached
         return scores
+
+    async def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        validate_token_ids(prompt_ids, self.vocab_size, what=f"teacher {self.name} greedy prompt")
+        body = sglang_api.generate_body(prompt_ids, {"max_new_tokens": max_new_tokens, "temperature": 0})
+        return await self.pool.post("/generate", body, parse=lambda answer: sglang_api.parse_generation(answer)[0])
 
     def _check_identity(self, url: str, info: Any) -> None:
         served = info.get("model_path") if isinstance(info, dict) else None

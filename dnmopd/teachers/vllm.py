@@ -13,6 +13,7 @@ from typing import Any
 from dnmopd.hf.models import same_model_path
 from dnmopd.serving import vllm_api
 from dnmopd.serving.servers import HEALTH_PATHS
+from dnmopd.serving.token_ids import validate_token_ids
 from dnmopd.teachers.base import ScoreRequest, TeacherError
 from dnmopd.teachers.http_teacher import HttpTeacher
 
@@ -48,6 +49,12 @@ class VLLMTeacher(HttpTeacher):
 
     def _parse_scores(self, answer: Any, request: ScoreRequest):
         return vllm_api.parse_score(answer, request.token_ids, request.prompt_len, top_k=self.config.top_k)
+
+    async def greedy(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        validate_token_ids(prompt_ids, self.vocab_size, what=f"teacher {self.name} greedy prompt")
+        body = vllm_api.generate_body(prompt_ids, {"max_tokens": max_new_tokens, "temperature": 0})
+        return await self.pool.post("/v1/completions", body,
+                                    parse=lambda answer: vllm_api.parse_generation(answer)[0])
 
     def _check_identity(self, url: str, info: Any) -> None:
         served = vllm_api.served_model_paths(info)

@@ -15,6 +15,7 @@ from dnmopd.hf.model_card import CardConfig
 from dnmopd.kernels.opd_loss import validate_clip
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
+from dnmopd.serving.weight_group import WeightGroup
 from dnmopd.student.arch import StudentArch
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.student import Student
@@ -115,6 +116,9 @@ class DataConfig:
                  f"must be a non-empty list of distinct names, got {self.domains}")
 
 
+SYNC_MODES = ("disk", "distributed")
+
+
 @dataclass(kw_only=True, slots=True)
 class RolloutConfig:
     engine: Annotated[Choice, Backend(rollout_config_class)]
@@ -126,6 +130,25 @@ class RolloutConfig:
     verify: bool = False
     """Judge every response with its domain's rule-based verifier (the `verifiers` section; logged as
     accuracy/<domain>); always on for GRPO and annealed injection."""
+    sync: str = "disk"
+    """How each update's weights reach the rollout servers (docs/weight-sync.md). disk: written as a Hugging Face
+    folder under the engine's update_dir, which every server loads. distributed (SGLang): broadcast from the
+    sending trainer rank over a process group with every server's ranks (gloo on CPU, NCCL on GPU; options in
+    `distributed`), no folder. Either way every server is probed after the update. The in-process engine takes
+    the tensors in memory whatever this says."""
+    sender_dp_rank: int = 0
+    """The data-parallel rank whose model-parallel leader sends the weights to the shared rollout servers (and
+    hosts the process group under sync distributed): any rank, e.g. one on the node nearest the servers."""
+    distributed: WeightGroup.Config = field(default_factory=WeightGroup.Config)
+    """The process group of sync distributed: backend, rendezvous host and port on the sending rank, bucket size,
+    time-outs."""
+
+    def __post_init__(self):
+        _require(self.sync in SYNC_MODES, "sync", f"must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
+        _require(self.sender_dp_rank >= 0, "sender_dp_rank", f"must be >= 0, got {self.sender_dp_rank}")
+        backend = self.engine.backend
+        _require(self.sync != "distributed" or rollout_class(backend).distributed_sync, "sync",
+                 f"distributed needs a rollout backend that takes broadcast weights (sglang), not {backend}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -134,6 +157,13 @@ class TeachersConfig:
     """One entry per teacher: {backend: inprocess | sglang | vllm, name: ..., ...its options}."""
     fleet: TeacherFleet.Config = field(default_factory=TeacherFleet.Config)
     """Failure policy (on_failure: mask | stop)."""
+    self_test: bool = True
+    """Before update 1, each teacher scores a fixed few prompt+response pairs rendered with the student's chat
+    template, twice, and continues one greedily; the run is refused, with the cause named, when its vocabulary,
+    special-token ids or chat template differ from the student's, or its log-probs are non-finite, zero-filled,
+    uniform, constant, not deterministic, or not above the uniform baseline on its own greedy continuation
+    (dnmopd/teachers/self_test.py; the result of each is the trainer's `teacher_self_test`). It costs about
+    0.12 s per CPU demo teacher (0.37 s for the three, on each model-parallel leader)."""
 
     def names(self) -> list[str]:
         return [m.config.name for m in self.models]

@@ -45,6 +45,7 @@ from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
 from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
+from dnmopd.teachers.self_test import SelfTestResult, TeacherSelfTestError, self_test
 from dnmopd.trainer import checkpoint
 from dnmopd.trainer.collectives import all_reduce_max, all_reduce_sum, broadcast_tensor
 from dnmopd.trainer.config import TrainerConfig
@@ -144,7 +145,7 @@ class Trainer:
         self.rollout_engine = self.rollout_backend(config.rollout.engine.config) \
             if self.is_leader and mode.uses_rollout else None
         self.method = Method(config.method, config.data.domains) if mode.distills else None
-        self.teachers = self._build_teachers() if mode.distills and self.is_leader else {}
+        self.teachers = self._build_teachers(mode.distills)
         verify = mode.verifies or (mode.uses_rollout and config.rollout.verify)
         self.verification = Verification(config.verifiers, {p.domain for p in self.prompts.prompts}) \
             if verify and self.is_leader else None
@@ -187,12 +188,45 @@ class Trainer:
         dist.barrier()
 
     def _start_rollout_engine(self) -> None:
-        """A fresh run checks its servers (healthy, serving the initial student); a resumed run sends them the
-        resumed weights, which loads and probes every replica whatever an earlier trainer left it serving."""
+        """A fresh run checks its servers (healthy, serving the initial student); under rollout.sync distributed the
+        sending leader then forms the weight-update group with them; a resumed run sends them the resumed weights,
+        which loads (or broadcasts) and probes every replica whatever an earlier trainer left it serving."""
+        rollout = self.config.rollout
+        if self.rollout_backend.shared_across_ranks and rollout.sender_dp_rank >= self.dp_size:
+            raise ValueError(f"rollout.sender_dp_rank={rollout.sender_dp_rank}: the run has {self.dp_size} "
+                             "data-parallel ranks")
+
+        def start() -> None:
+            if self.rollout_engine is None:
+                return
+            if self.start_update == 0:
+                self.rollout_engine.check()
+            if rollout.sync == "distributed" and self._sends_weights:
+                self.rollout_engine.join_weight_group(rollout.distributed)
+
+        self._on_every_rank(start)
         if self.start_update > 0:
             self._sync_weights(None, version=self.start_update)
-        elif self.rollout_engine is not None:
-            self.rollout_engine.check()
+
+    @property
+    def _sends_weights(self) -> bool:
+        """This rank's model-parallel group sends the weights to the rollout engine: its own engine, or, for servers
+        shared by every data-parallel rank, the group of rank `rollout.sender_dp_rank`."""
+        return not self.rollout_backend.shared_across_ranks or self.dp_rank == self.config.rollout.sender_dp_rank
+
+    def _on_every_rank(self, action):
+        """Run this rank's part of a start-up step; when it fails on any rank, fail on every rank (no rank is left
+        waiting in a collective for one that stopped). Returns `action()`."""
+        error, result = None, None
+        try:
+            result = action()
+        except Exception as failure:  # noqa: BLE001 - re-raised below, after every rank knows
+            error = failure
+        if self._any_rank(error is not None):
+            if error is not None:
+                raise error
+            raise RuntimeError("a start-up step failed on another rank (that rank's error names the cause)")
+        return result
 
     def _context(self, collector: ExperienceCollector | None, teacher_heads: list[torch.Tensor]) -> ModeContext:
         return ModeContext(
@@ -231,20 +265,44 @@ class Trainer:
                                    teacher_topk=config.method.loss.teacher_topk if self.method else 0,
                                    **verification)
 
-    def _build_teachers(self) -> dict:
-        """The run's teachers, checked (health, identity) and vocabulary-compatible with the student; with hidden
-        states when the method's loss needs the teachers' full distributions."""
+    def _build_teachers(self, distills: bool) -> dict:
+        """The run's teachers (when the mode `distills`) on the model-parallel leaders: checked (health,
+        identity), vocabulary-compatible with the student and, unless `teachers.self_test` is false, self-tested
+        (the results are `teacher_self_test`); with hidden states when the method's loss needs the teachers' full
+        distributions. A teacher refused on any rank stops every rank."""
         hidden_states = self.config.method.loss.full_vocab
-        teachers = {}
-        for model in self.config.teachers.models:
-            options = dataclasses.replace(model.config, return_hidden_states=True) if hidden_states \
-                else model.config
-            teacher = teacher_class(model.backend)(options)
-            teacher.check()
-            if teacher.vocab_size < self.student.arch.vocab_size:
-                raise ValueError(f"teacher {teacher.name} has vocab {teacher.vocab_size}, smaller than the "
-                                 f"student's {self.student.arch.vocab_size}: teachers must share the tokenizer")
-            teachers[teacher.name] = teacher
+        teachers: dict = {}
+        self.teacher_self_test: dict[str, SelfTestResult] = {}
+        if not distills:
+            return teachers
+
+        def build() -> None:
+            if not self.is_leader:
+                return
+            for model in self.config.teachers.models:
+                options = dataclasses.replace(model.config, return_hidden_states=True) if hidden_states \
+                    else model.config
+                teacher = teacher_class(model.backend)(options)
+                teachers[teacher.name] = teacher
+                teacher.check()
+                if teacher.vocab_size < self.student.arch.vocab_size:
+                    raise ValueError(f"teacher {teacher.name} has vocab {teacher.vocab_size}, smaller than the "
+                                     f"student's {self.student.arch.vocab_size}: teachers must share the tokenizer")
+                if self.config.teachers.self_test:
+                    result = self_test(teacher, teacher_path=model.config.model_path, student=self.tokenizer,
+                                       student_vocab=self.student.arch.vocab_size)
+                    self.teacher_self_test[teacher.name] = result
+                    if not result.passed:
+                        raise TeacherSelfTestError(result)
+                    if self.rank == 0:
+                        logger.info(result.summary())
+
+        try:
+            self._on_every_rank(build)
+        except BaseException:
+            for teacher in teachers.values():
+                teacher.close()
+            raise
         return teachers
 
     def _resume(self) -> int:
@@ -353,28 +411,50 @@ class Trainer:
     def _sync_weights(self, batch: TrainBatch | None, *, version: int) -> None:
         """Send the weights after `version` updates to the rollout engine and verify them with a probe sequence.
         An in-process engine is each leader's own; server engines are shared by all data-parallel replicas, so
-        only the first one updates them, once every replica's batch is complete, and every rank waits for it."""
+        only the model-parallel group of `rollout.sender_dp_rank` updates them, once every replica's batch is
+        complete, and every other leader then adopts what its engine left the servers serving."""
         self.rollout_ahead.weights_updated(version)  # refused while this rank's batch is being collected
         shared = self.rollout_backend.shared_across_ranks
         if shared:
             dist.barrier()
-        if not shared or self.dp_rank == 0:
-            self._send_weights(batch)
+        failure = None
+        if self._sends_weights:
+            try:
+                self._send_weights(batch)
+            except Exception as error:  # noqa: BLE001 - every rank learns of it below, then it is raised
+                failure = error
         if shared:
-            dist.barrier()
+            self._share_sync_state(failure)
+        if failure is not None:
+            raise failure
+
+    def _share_sync_state(self, failure: Exception | None) -> None:
+        """The sending leader's engine state (or its failure) to every rank; the other leaders adopt the state."""
+        sender = self.is_leader and self._sends_weights
+        mine = (None if failure is None else f"rank {self.rank}: {failure}",
+                self.rollout_engine.sync_state() if sender and failure is None else None)
+        gathered = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, mine, group=self.collection_group)
+        errors = [error for error, _ in gathered if error is not None]
+        if errors and failure is None:
+            raise RuntimeError(f"the weight sync failed on the sending rank: {errors[0]}")
+        states = [state for _, state in gathered if state is not None]
+        if states and self.rollout_engine is not None and not sender:
+            self.rollout_engine.adopt_sync_state(states[0])
 
     def _send_weights(self, batch: TrainBatch | None) -> None:
         probe_batch = batch.select(slice(0, 1)) if batch is not None and batch.size else self._probe_batch()
         expected = self._logp(probe_batch, dataclasses.replace(self.head, temperature=1.0))  # servers score at T 1
         tensors = self.student.hf_tensors(causal_lm_names=self.rollout_backend.causal_lm_weight_names)
-        if not self.is_leader:
-            for _ in tensors:  # the gather is collective: every model-parallel rank takes part
+        try:
+            if self.is_leader:
+                length = int(probe_batch.response_mask[0].sum())
+                prompt_len = int(probe_batch.prompt_lens[0])
+                token_ids = tuple(probe_batch.tokens[0, : prompt_len + length].tolist())
+                self.rollout_engine.update_weights(tensors, WeightProbe(token_ids, prompt_len, expected[0, :length]))
+        finally:
+            for _ in tensors:  # the gather is collective: every model-parallel rank finishes it, even after a failure
                 pass
-            return
-        length = int(probe_batch.response_mask[0].sum())
-        prompt_len = int(probe_batch.prompt_lens[0])
-        token_ids = tuple(probe_batch.tokens[0, : prompt_len + length].tolist())
-        self.rollout_engine.update_weights(tensors, WeightProbe(token_ids, prompt_len, expected[0, :length]))
 
     def _probe_batch(self) -> TrainBatch:
         prompt = list(self.prompts[0].prompt_ids)

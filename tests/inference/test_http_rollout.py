@@ -116,7 +116,10 @@ def test_a_fresh_run_checks_the_rollout_servers_and_a_resumed_one_resyncs_them(r
     def start(server, start_update):
         synced = []
         trainer = SimpleNamespace(start_update=start_update, rollout_engine=sglang_engine(server, tmp_path),
-                                  _sync_weights=lambda batch, version: synced.append(version))
+                                  _sync_weights=lambda batch, version: synced.append(version),
+                                  config=SimpleNamespace(rollout=SimpleNamespace(sync="disk", sender_dp_rank=0)),
+                                  rollout_backend=SGLangRollout, dp_size=1, _sends_weights=True,
+                                  _on_every_rank=lambda action: action())
         Trainer._start_rollout_engine(trainer)
         return synced
 

@@ -100,3 +100,15 @@ def test_weight_updates_are_probed_and_a_stale_tied_head_fails_loudly(vllm_serve
     with pytest.raises(WeightUpdateError, match="tied LM head"):
         engine.update_weights(state.items(), probe_for(state))
     assert engine.weight_version == 1
+
+
+def test_a_vllm_teacher_passes_the_self_test(vllm_server, tiny_model_dir):
+    """The self-test's greedy continuation goes through `/v1/completions` (temperature 0)."""
+    from dnmopd.data.chat import PromptTokenizer
+    from dnmopd.teachers.self_test import self_test
+
+    teacher = VLLMTeacher.Config(name="math", model_path=str(tiny_model_dir), pool=pool(vllm_server)).build()
+    result = self_test(teacher, teacher_path=tiny_model_dir, student=PromptTokenizer.from_pretrained(tiny_model_dir),
+                       student_vocab=1024)
+    assert result.passed, result.summary()
+    assert result.measured["greedy_mean_logprob"] > result.measured["uniform_baseline"]
