@@ -146,6 +146,9 @@ class Trainer:
             if self.is_leader and mode.uses_rollout else None
         self.method = Method(config.method, config.data.domains) if mode.distills else None
         self.teachers = self._build_teachers(mode.distills)
+        if self.manifest is not None:  # rank 0's: each checkpoint records what its teachers' self-test measured
+            self.manifest["teacher_self_test"] = {name: result.to_dict()
+                                                  for name, result in self.teacher_self_test.items()}
         verify = mode.verifies or (mode.uses_rollout and config.rollout.verify)
         self.verification = Verification(config.verifiers, {p.domain for p in self.prompts.prompts}) \
             if verify and self.is_leader else None
