@@ -161,3 +161,18 @@ def test_keep_last_prunes_only_once_a_newer_checkpoint_is_complete(tmp_path):
     (checkpoint.checkpoint_dir(tmp_path, 6) / checkpoint.MARKER).touch()
     checkpoint._prune(tmp_path, keep_last=1)
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["iter_0000006"]
+
+
+@pytest.mark.slow
+def test_an_sgd_run_resumes_exactly(demo_models, tmp_path):
+    """SGD's momentum buffers load into a resumed run (megatron sets up optimizer state for Adam alone)."""
+    sgd = ["optimizer.name=sgd", "checkpoint.save_every=1", "data.sampler.prompts_per_rollout=4", *KEEP_TWO]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    subprocess.run(torchrun(tiny_overrides(demo_models, full, updates=3) + sgd), env=ENV, check=True,
+                   capture_output=True, timeout=900)
+    shutil.copytree(full, resumed)
+    shutil.rmtree(resumed / "run" / "checkpoints" / "iter_0000003")
+    proc = subprocess.run(torchrun(tiny_overrides(demo_models, resumed, updates=3) + sgd), env=ENV,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(update 2)" in proc.stderr and stable(read_metrics(resumed)) == stable(read_metrics(full))

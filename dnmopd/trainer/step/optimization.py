@@ -67,6 +67,14 @@ def _finalize_without_token_scaling(finalize, model, num_tokens, **kwargs):
     return finalize(model, None, **kwargs)
 
 
+def _init_sgd_state(optimizer, config=None) -> None:
+    """SGD's momentum buffers, zero, where a step has not made them yet (what a resumed checkpoint loads into)."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if not optimizer.state[param]:
+                optimizer.state[param]["momentum_buffer"] = torch.zeros_like(param.data)
+
+
 def build_optimization(student, config, total_steps: int) -> Optimization:
     """Wrap the student's chunks in megatron DDP and build the optimizer and the LR schedule.
 
@@ -94,6 +102,9 @@ def build_optimization(student, config, total_steps: int) -> Optimization:
         params_dtype=dtype, use_distributed_optimizer=on_gpu,
     )
     optimizer = get_megatron_optimizer(optimizer_config, model)
+    if config.name == "sgd":  # megatron gives only Adam the state set-up a sharded checkpoint loads into
+        for part in getattr(optimizer, "chained_optimizers", [optimizer]):
+            part.init_state_fn = _init_sgd_state
     if dtype == torch.float16:
         model_config.grad_scale_func = optimizer.scale_loss
     warmup = min(config.lr_warmup_updates, max(total_steps - 1, 0))
