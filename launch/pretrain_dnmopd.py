@@ -8,10 +8,10 @@ written to <run.output_dir>/<run.name>/config.yaml; a run continues from its new
 """
 
 import argparse
-import logging
 import sys
 
 from dnmopd.config.cli import add_config_arguments, config_from_arguments
+from dnmopd.logs import setup_logging
 
 
 def main(argv=None) -> int:
@@ -20,7 +20,7 @@ def main(argv=None) -> int:
     add_config_arguments(parser)
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
 
     from dnmopd.config import dump_yaml
     from dnmopd.trainer.config import TrainerConfig

@@ -243,14 +243,25 @@ def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[Key
         _record_origins(value_node, (*path, key), file, origins)
 
 
-def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> T:
-    """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides."""
+def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
+                check_inputs: bool = False) -> T:
+    """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides. With `check_inputs`, a
+    config that has a `check_inputs()` method (the files and folders a command reads must exist on this machine,
+    which loading alone does not ask: a config may be written on one machine for another) has it run, and its
+    `FieldValueError` reported at the key's line, as the loader's own errors are."""
     raw = RawConfig()
     for path in [paths] if isinstance(paths, str | Path) else paths:
         raw.merge(load_yaml(path))
     for assignment in overrides:
         raw.override(assignment)
-    return build(cls, raw)
+    config = build(cls, raw)
+    if check_inputs and hasattr(config, "check_inputs"):
+        try:
+            config.check_inputs()
+        except FieldValueError as err:
+            key = tuple(err.key.split("."))
+            raise ConfigError(f"{raw.source(key)}: {_dotted(key)}: {err.problem}") from None
+    return config
 
 
 def build(cls: type[T], raw: RawConfig) -> T:
