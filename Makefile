@@ -8,7 +8,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
-SOURCES := $(shell find dnmopd native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
+SOURCES := $(shell find dnmopd native data/samples configs launch -type f -not -path "*/__pycache__/*" 2>/dev/null) \
+	CMakeLists.txt
 
 .PHONY: venv demo demo-label demo-compare demo-servers test lint clean vllm-env sglang-env
 

@@ -161,9 +161,24 @@ def _deep_merge(base: dict, update: Mapping, path: KeyPath, origins: dict, updat
         origins.update({p: s for p, s in update_origins.items() if p[: len(child)] == child})
 
 
-def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
-    """Load one YAML file (and the files it extends) into a RawConfig."""
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+"""The checkout's configs/ as installed with the package (pyproject.toml's wheel.packages)."""
+
+
+def config_file(path: str | Path) -> Path:
+    """`path`; a relative `configs/...` path that is not here names the config shipped with dnmopd, so the
+    commands take `--config configs/demo_cpu.yaml` outside a checkout too."""
     path = Path(path)
+    if not path.exists() and not path.is_absolute() and path.parts[:1] == ("configs",):
+        shipped = SHIPPED_CONFIGS.joinpath(*path.parts[1:])
+        if shipped.is_file():
+            return shipped
+    return path
+
+
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
+    """Load one YAML file (and the files it extends) into a RawConfig (`config_file` finds shipped configs)."""
+    path = config_file(path)
     resolved = path.resolve()
     if resolved in _seen:
         raise ConfigError(f"{path}: circular extends through {' -> '.join(str(p) for p in _seen)}")

@@ -124,7 +124,8 @@ class ProgressDisplay:
 def run_summary(run_dir: Path, updates: int, seconds: float, metrics: dict[str, float], *, checkpoints: list[Path],
                 release: Path | None, plots: list[Path] | None) -> str:
     """The end of a run in a few lines: where its outputs are and its final probe and evaluation numbers."""
-    lines = [f"done: {updates} updates in {elapsed(seconds)}; outputs in {run_dir}/"]
+    done = f"{updates} updates in {elapsed(seconds)}" if updates else "the run had finished already"
+    lines = [f"done: {done}; outputs in {run_dir}/"]
     if checkpoints:
         lines.append(f"  checkpoint  {checkpoints[-1]}")
     if release is not None:
