@@ -257,12 +257,18 @@ def test_the_check_refuses_a_missing_model_or_data_file_before_any_server_starts
     assert result.returncode == 2 and "teachers.models.0.model_path: no folder" in result.stderr, result.stderr
 
 
-def test_a_whole_job_with_stand_in_servers(tmp_path, demo_models):
+@pytest.mark.parametrize("where", ["slurm", "local"])
+def test_a_whole_job_with_stand_in_servers(tmp_path, demo_models, where):
     env, args, ports = stand_in_job(tmp_path, demo_models)
+    if where == "local":  # the same job on this machine, without Slurm (no srun: the stand-in one is not there)
+        env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+        env["PATH"] = ":".join(p for p in env["PATH"].split(":") if p != str(tmp_path / "bin"))
+        args = ["--local", *args]
     result = sbatch(args, env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     ran = json.loads((tmp_path / "torchrun.json").read_text())
     assert ran["args"][:4] == ["--nnodes", "1", "--nproc_per_node", "1"]
+    assert ran["args"][ran["args"].index("--rdzv_id") + 1] == ("local" if where == "local" else "4242")
     assert ran["args"][-2:] == ["--config", str(tmp_path / "job" / "servers.yaml")]
     assert set(ran["health"].values()) == {200}
     assert sorted(ran["health"]) == sorted(f"http://127.0.0.1:{p}" for p in ports.values())
