@@ -238,7 +238,7 @@ def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
     update_axis(w_ax, "Domain multipliers (applied)", "multiplier w_d")
     w_ax.axhline(1.0, color="grey", linewidth=0.8)
     w_ax.set_ylim(bottom=0)
-    side_legend(w_ax)
+    side_legend(w_ax, handles=kl_ax.get_lines())  # the KL panel's lines: every domain and `all`
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, output)
