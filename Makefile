@@ -8,9 +8,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --quiet --disable-pip-version-check
 DEPS   := $(VENV)/.deps-installed
 PKG    := $(VENV)/.dnmopd-installed
-SOURCES := $(shell find dnmopd native data/samples -type f -not -path "*/__pycache__/*" 2>/dev/null) CMakeLists.txt
+SOURCES := $(shell find dnmopd native data/samples configs launch -type f -not -path "*/__pycache__/*" 2>/dev/null) \
+	CMakeLists.txt
 
-.PHONY: venv demo demo-label demo-compare test lint clean vllm-env sglang-env gpu-check gpu-wheels
+.PHONY: venv demo demo-label demo-compare demo-servers test lint clean vllm-env sglang-env gpu-check gpu-wheels
 
 venv: $(PKG)
 
@@ -47,6 +48,13 @@ demo-compare: demo demo-label
 		--config configs/demo_cpu_token_share.yaml
 	$(PY) -m dnmopd.trainer.measurements.report runs/demo-cpu runs/demo-cpu-label runs/demo-cpu-token-share \
 		--output runs/demo-compare.png
+
+# A cluster run's server path rehearsed on this machine (launch/demo_servers.sh, docs/walkthrough.md): the demo's
+# models on real vLLM CPU servers started by launch/start_servers.py, a few updates through
+# launch/slurm/dnmopd.sbatch --local, the release evaluated through a server by launch/evaluate.py
+# (runs/demo-servers; DEMO_SERVERS_PORT picks the first of its six local ports).
+demo-servers: $(PKG) vllm-env
+	VLLM_PYTHON=$(VLLM_ENV)/bin/python PYTHON=$(PY) TORCHRUN=$(VENV)/bin/torchrun bash launch/demo_servers.sh
 
 test: lint vllm-env sglang-env
 	cmake -S . -B build/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null

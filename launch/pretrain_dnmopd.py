@@ -10,10 +10,10 @@ a worker dies with its launcher.
 """
 
 import argparse
-import logging
 import sys
 
 from dnmopd.config.cli import add_config_arguments, config_from_arguments
+from dnmopd.logs import setup_logging
 
 
 def main(argv=None) -> int:
@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     from dnmopd.trainer.run_lock import die_with_launcher
 
     die_with_launcher()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
 
     from dnmopd.config import dump_yaml
     from dnmopd.trainer.config import TrainerConfig

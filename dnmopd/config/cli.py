@@ -18,9 +18,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, what: str = "YAML conf
 
 
 def config_from_arguments(cls: type[T], args: argparse.Namespace) -> T | None:
-    """The config that `--config` and `--set` name, or None once its error is printed (the caller exits 2)."""
+    """The config that `--config` and `--set` name, its inputs checked (`load_config`'s `check_inputs`), or None
+    once its error is printed (the caller exits 2)."""
     try:
-        return load_config(cls, args.config, args.overrides)
+        return load_config(cls, args.config, args.overrides, check_inputs=True)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return None

@@ -161,9 +161,24 @@ def _deep_merge(base: dict, update: Mapping, path: KeyPath, origins: dict, updat
         origins.update({p: s for p, s in update_origins.items() if p[: len(child)] == child})
 
 
-def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
-    """Load one YAML file (and the files it extends) into a RawConfig."""
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+"""The checkout's configs/ as installed with the package (pyproject.toml's wheel.packages)."""
+
+
+def config_file(path: str | Path) -> Path:
+    """`path`; a relative `configs/...` path that is not here names the config shipped with dnmopd, so the
+    commands take `--config configs/demo_cpu.yaml` outside a checkout too."""
     path = Path(path)
+    if not path.exists() and not path.is_absolute() and path.parts[:1] == ("configs",):
+        shipped = SHIPPED_CONFIGS.joinpath(*path.parts[1:])
+        if shipped.is_file():
+            return shipped
+    return path
+
+
+def load_yaml(path: str | Path, _seen: tuple[Path, ...] = ()) -> RawConfig:
+    """Load one YAML file (and the files it extends) into a RawConfig (`config_file` finds shipped configs)."""
+    path = config_file(path)
     resolved = path.resolve()
     if resolved in _seen:
         raise ConfigError(f"{path}: circular extends through {' -> '.join(str(p) for p in _seen)}")
@@ -243,14 +258,25 @@ def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[Key
         _record_origins(value_node, (*path, key), file, origins)
 
 
-def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = ()) -> T:
-    """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides."""
+def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
+                check_inputs: bool = False) -> T:
+    """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides. With `check_inputs`, a
+    config that has a `check_inputs()` method (the files and folders a command reads must exist on this machine,
+    which loading alone does not ask: a config may be written on one machine for another) has it run, and its
+    `FieldValueError` reported at the key's line, as the loader's own errors are."""
     raw = RawConfig()
     for path in [paths] if isinstance(paths, str | Path) else paths:
         raw.merge(load_yaml(path))
     for assignment in overrides:
         raw.override(assignment)
-    return build(cls, raw)
+    config = build(cls, raw)
+    if check_inputs and hasattr(config, "check_inputs"):
+        try:
+            config.check_inputs()
+        except FieldValueError as err:
+            key = tuple(err.key.split("."))
+            raise ConfigError(f"{raw.source(key)}: {_dotted(key)}: {err.problem}") from None
+    return config
 
 
 def build(cls: type[T], raw: RawConfig) -> T:

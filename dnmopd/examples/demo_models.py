@@ -231,7 +231,11 @@ def _write_copy(source: Path, target: Path, state: dict[str, torch.Tensor]) -> P
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Build the CPU demo's tiny tokenizer, student and teachers.")
     parser.add_argument("root", nargs="?", default="runs/demo-models", help="output folder (default runs/demo-models)")
-    print(build_demo_models(parser.parse_args(argv).root))
+    args = parser.parse_args(argv)
+    from dnmopd.logs import setup_logging
+
+    setup_logging()
+    print(build_demo_models(args.root))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from dnmopd.config import Backend, Choice, FieldValueError
+from dnmopd.data.sample_data import resolve_data_path
 from dnmopd.data.sampler import PromptSampler
 from dnmopd.hf.model_card import CardConfig
 from dnmopd.kernels.opd_loss import validate_clip
@@ -44,6 +45,19 @@ MAX_SEED = 2**32 - 1
 def _require(ok: bool, key: str, problem: str) -> None:
     if not ok:
         raise FieldValueError(key, problem)
+
+
+def _require_model(path: str | Path, key: str) -> None:
+    _require((Path(path) / "config.json").is_file(), key,
+             f"no model folder at {path} (no config.json in it)" if Path(path).is_dir() else f"no folder {path}")
+
+
+def _require_file(path: Path, key: str) -> None:
+    try:
+        resolved = resolve_data_path(path)
+    except (KeyError, FileNotFoundError) as error:
+        raise FieldValueError(key, str(error).strip('"')) from None
+    _require(resolved.is_file(), key, f"no file {resolved}")
 
 
 def check_layout(hf_path: str, parallel: ParallelDims.Config) -> None:
@@ -143,12 +157,22 @@ class RolloutConfig:
     """The process group of sync distributed: backend, rendezvous host and port on the sending rank, bucket size,
     time-outs."""
 
+    weight_probe_tolerance: float = 0.02
+    """Largest mean |served - trainer's| log-prob over the probe sequence that checks each weight sync: above it
+    the engine is taken not to serve the new weights and the run stops. 0.02 holds for float32 serving and for
+    bfloat16 serving of the real models. The CPU demo's tiny models, whose logits are large, served by vLLM in
+    bfloat16 (its CPU Gated DeltaNet kernel's only dtype) differ from the trainer's float32 by 0.015-0.025 and
+    take 0.05 (configs/demo_servers.yaml, whose learning rate moves the probe by 0.1-0.3 per update: a server
+    that kept the old weights still fails)."""
+
     def __post_init__(self):
         _require(self.sync in SYNC_MODES, "sync", f"must be one of {', '.join(SYNC_MODES)}, got {self.sync!r}")
         _require(self.sender_dp_rank >= 0, "sender_dp_rank", f"must be >= 0, got {self.sender_dp_rank}")
         backend = self.engine.backend
         _require(self.sync != "distributed" or rollout_class(backend).distributed_sync, "sync",
                  f"distributed needs a rollout backend that takes broadcast weights (sglang), not {backend}")
+        _require(math.isfinite(self.weight_probe_tolerance) and self.weight_probe_tolerance > 0,
+                 "weight_probe_tolerance", f"must be a finite number > 0, got {self.weight_probe_tolerance}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -412,3 +436,27 @@ class TrainerConfig:
         _require(prompts % self.train.optimizer_steps_per_update == 0, "train.optimizer_steps_per_update",
                  f"{prompts} responses per update (data.sampler.prompts_per_rollout x data.samples_per_prompt) are "
                  f"not divisible into {self.train.optimizer_steps_per_update} equal steps")
+
+    def check_inputs(self) -> None:
+        """Every model folder and input file the run reads exists here (the command lines run it, `--print-config`
+        too, before anything starts); a missing one is a FieldValueError naming its key."""
+        mode = mode_class(self.run.mode)
+        _require_model(self.student.hf_path, "student.hf_path")
+        _require_file(self.data.train_file, "data.train_file")
+        if mode.uses_rollout and self.rollout is not None and hasattr(self.rollout.engine.config, "model_path"):
+            _require_model(self.rollout.engine.config.model_path, "rollout.engine.model_path")
+        if mode.distills:
+            for index, model in enumerate(self.teachers.models):
+                _require_model(model.config.model_path, f"teachers.models.{index}.model_path")
+        if self.method.injection is not None and mode.distills:
+            _require_file(self.method.injection.bank, "method.injection.bank")
+        if self.logging.probe_every and self.run.mode == "opd":
+            for index, path in enumerate(self.logging.probe.prompt_files):
+                _require_file(path, f"logging.probe.prompt_files.{index}")
+            if self.logging.probe.file is not None:
+                _require_file(self.logging.probe.file, "logging.probe.file")
+        if self.eval.every:
+            if self.eval.prompts is not None:
+                _require_file(self.eval.prompts, "eval.prompts")
+            _require(not self.eval.suites or self.eval.data_dir.is_dir(), "eval.data_dir",
+                     f"no folder {self.eval.data_dir} (prepare the suites: launch/evaluate.py prepare)")

@@ -40,6 +40,7 @@ from dnmopd.data.chat import PromptTokenizer
 from dnmopd.data.prompts import load_run_prompts
 from dnmopd.hf.models import teacher_output_weight
 from dnmopd.io import atomic_write, disk_errors
+from dnmopd.logs import timed
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import WeightProbe
 from dnmopd.student.parallel import init_distributed
@@ -57,7 +58,7 @@ from dnmopd.trainer.measurements.evaluation import TrainingEvaluation
 from dnmopd.trainer.measurements.metric_table import MetricTable, reduce_metrics
 from dnmopd.trainer.measurements.metrics import MetricsLogger
 from dnmopd.trainer.measurements.probe import PROBE_METRICS, build_probe, split_prompts
-from dnmopd.trainer.measurements.progress import ProgressDisplay
+from dnmopd.trainer.measurements.progress import ProgressDisplay, run_summary
 from dnmopd.trainer.measurements.schedule import Measurements
 from dnmopd.trainer.method import Method
 from dnmopd.trainer.modes.base import StepCounts, mode_class
@@ -79,12 +80,14 @@ LOOP_METRICS = MetricTable(
                                           "its batch to the end of its weight sync)."),
     ("rollout/staleness", "global", "Optimizer updates between the weights that generated the batch and those "
                                     "that train on it: 0 on-policy, 1 for a batch collected ahead."),
+    ("time/checkpoint", "max", "Seconds of saving the checkpoint after the update (absent when none was saved)."),
     ("time/{phase}", "max", "Seconds of a phase of the update's batch: rollout (generation), scoring (teacher "
                             "scoring and verification, overlapping the rollout), wait (training waiting for the "
                             "batch collected ahead), train (prepare + optimizer steps), probe (the "
                             "fixed probe set's measurement), sync (weight sync)."),
-    ("timeline/{phase}/start", "min", "Wall-clock start of the phase (Unix seconds); a batch collected ahead "
-                                      "has its rollout and scoring within the previous update's train."),
+    ("timeline/{phase}/start", "min", "Wall-clock start of the phase (Unix seconds; the checkpoint's too); a batch "
+                                      "collected ahead has its rollout and scoring within the previous update's "
+                                      "train."),
     ("timeline/{phase}/end", "max", "Wall-clock end of the phase (Unix seconds)."),
 )
 
@@ -102,7 +105,8 @@ class Trainer:
         self.config = config
         init_distributed()
         try:
-            self._build(config)
+            with timed(logger, "start-up (student, data, rollout engine, teachers)"):
+                self._build(config)
         except BaseException:
             self.close()  # a refused start-up leaves no process group, parallel state or engine behind
             raise
@@ -338,19 +342,21 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- training
     def train(self) -> None:
+        started = time.time()
         try:
             for update in range(self.start_update, self.config.train.updates):
                 metrics = self._update(update)
                 metrics.update(self.measurements.after_sync(update, self.progress))
+                done = update + 1
+                if done % self.config.checkpoint.save_every == 0 or done == self.config.train.updates:
+                    self.progress.phase("checkpoint")
+                    metrics.update(self._save(done))
                 self.last_metrics = metrics
                 with disk_errors(self.metrics.path, "the metrics"):
                     self.metrics.log(update, metrics)
                 self.progress.finished(update, metrics)
-                done = update + 1
-                if done % self.config.checkpoint.save_every == 0 or done == self.config.train.updates:
-                    self.progress.phase("checkpoint")
-                    self._save(done)
-            self._finish()
+            self.progress.close()
+            self._finish(started)
         finally:
             self.progress.close()
             self.metrics.close()
@@ -454,7 +460,9 @@ class Trainer:
                 length = int(probe_batch.response_mask[0].sum())
                 prompt_len = int(probe_batch.prompt_lens[0])
                 token_ids = tuple(probe_batch.tokens[0, : prompt_len + length].tolist())
-                self.rollout_engine.update_weights(tensors, WeightProbe(token_ids, prompt_len, expected[0, :length]))
+                probe = WeightProbe(token_ids, prompt_len, expected[0, :length],
+                                    tolerance=self.config.rollout.weight_probe_tolerance)
+                self.rollout_engine.update_weights(tensors, probe)
         finally:
             for _ in tensors:  # the gather is collective: every model-parallel rank finishes it, even after a failure
                 pass
@@ -466,27 +474,37 @@ class Trainer:
         return TrainBatch.from_rows([prompt], [response], [zeros], [zeros], [0])
 
     # ------------------------------------------------------------------------------------------- outputs
-    def _save(self, update: int) -> None:
+    def _save(self, update: int) -> dict[str, float]:
+        """Save the checkpoint after `update` updates; its time as metrics."""
         state = {"update": update, "sampler": self.sampler.state_dict(), "mode": self.mode.state_dict(),
                  "optimization": self.optimization.state_dict()}
-        checkpoint.save(self.run_dir, update, self.student, self.optimization, state, self.config.checkpoint.keep_last,
-                        local_state={"rollout_ahead": self.rollout_ahead.state_dict()}, manifest=self.manifest)
+        tick = time.time()
+        local_state = {"rollout_ahead": self.rollout_ahead.state_dict()}
+        with timed(logger, f"checkpoint after update {update}"):
+            checkpoint.save(self.run_dir, update, self.student, self.optimization, state,
+                            self.config.checkpoint.keep_last, local_state=local_state, manifest=self.manifest)
+        return reduce_metrics(phase_metrics({"checkpoint": (tick, time.time())}), self.metric_table, dist.group.WORLD)
 
-    def _finish(self) -> None:
+    def _finish(self, started: float) -> None:
+        release = plots = None
         if self.config.checkpoint.export_hf:
-            self.progress.phase("export")
             from dnmopd.hf.release import write_release
 
             updates = self.config.train.updates
-            with disk_errors(self.run_dir / "release", "the release"):
-                write_release(self.student, self.run_dir / "release", training_config=dump_yaml(self.config),
+            release = self.run_dir / "release"
+            with timed(logger, f"release {release}"), disk_errors(release, "the release"):
+                write_release(self.student, release, training_config=dump_yaml(self.config),
                               metrics=self.last_metrics, card=self.config.checkpoint.release,
                               source=f"the trained model in memory at the end of the run (update {updates} of "
                                      f"{updates})", log=logger.info if self.rank == 0 else lambda message: None)
         if self.rank == 0 and self.config.logging.report:
             from dnmopd.trainer.measurements.report import draw_report
 
-            draw_report(self.run_dir)
+            plots = draw_report(self.run_dir)
+        if self.rank == 0:
+            checkpoints = [path for _, path in checkpoint.complete_checkpoints(self.run_dir)]
+            print(run_summary(self.run_dir, self.config.train.updates - self.start_update, time.time() - started,
+                              self.last_metrics, checkpoints=checkpoints, release=release, plots=plots), flush=True)
 
     def close(self) -> None:
         """Release what was built (also after a failed start-up, when only part of it exists)."""

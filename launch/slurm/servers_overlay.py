@@ -5,7 +5,10 @@
         --output runs/job/servers.yaml [--update-dir runs/job/rollout_weights]
 
 `launch/start_servers.py` writes a server map (name -> backend, model path, URLs) once its servers are
-healthy. This tool reads the run's merged config and the maps and writes an overlay that
+healthy. The map holds what the server files say, so the overlay can also be written before any server starts,
+from the server files themselves (`--servers FILE[@HOST]`, with the `--servers-set` overrides that
+start_servers.py will get): launch/slurm/dnmopd.sbatch does that to check the whole config first. This tool reads
+the run's merged config and the maps and writes an overlay that
 
 - gives every HTTP teacher in `teachers.models` (matched by name) the served model path and the URLs of all
   its replicas, over all maps, keeping the entry's other options (the list is written whole: lists replace);
@@ -27,7 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from dnmopd.config import ConfigError, RawConfig, load_yaml
+from dnmopd.config import ConfigError, RawConfig, load_config, load_yaml
+from dnmopd.serving.server_set import ServerSet
 from dnmopd.serving.servers import BACKENDS as HTTP_BACKENDS
 from dnmopd.serving.servers import read_server_map
 
@@ -45,8 +49,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--config", action="append", required=True, help="the run's config YAML (repeatable)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="the run's --set overrides (repeatable)")
-    parser.add_argument("--map", dest="maps", action="append", required=True, metavar="FILE[@HOST]",
-                        help="a server map; @HOST replaces a bind-all address in its URLs (repeatable)")
+    sources = parser.add_mutually_exclusive_group(required=True)
+    sources.add_argument("--map", dest="maps", action="append", metavar="FILE[@HOST]",
+                         help="a server map; @HOST replaces a bind-all address in its URLs (repeatable)")
+    sources.add_argument("--servers", action="append", metavar="FILE[@HOST]",
+                         help="a server file of launch/start_servers.py, for the map it will write (repeatable)")
+    parser.add_argument("--servers-set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of every --servers file, as start_servers.py gets it (repeatable)")
     parser.add_argument("--output", required=True, type=Path, help="overlay YAML to write")
     parser.add_argument("--update-dir", help="rollout.engine.update_dir (a folder the rollout servers can read)")
     return parser.parse_args(argv)
@@ -57,18 +66,38 @@ def with_host(url: str, host: str | None, where: str) -> str:
     if parts.hostname not in BIND_ALL and parts.hostname is not None:
         return url
     if not host:
-        raise OverlayError(f"{where}: {url} binds every interface; name the server node: --map {where}@HOST")
+        raise OverlayError(f"{where}: {url} binds every interface; name the server node: {where}@HOST")
     return urlunsplit(parts._replace(netloc=host if parts.port is None else f"{host}:{parts.port}"))
+
+
+def _file_and_host(spec: str) -> tuple[str, str]:
+    path, sep, host = spec.rpartition("@")
+    return (path, host) if sep else (spec, "")
 
 
 def read_maps(specs: list[str]) -> dict[str, dict]:
     """Entries of all maps by name; replicas of one name on several maps are joined."""
+    return join_maps([(path, host, read_server_map(path)) for path, host in map(_file_and_host, specs)])
+
+
+def planned_maps(specs: list[str], overrides: list[str]) -> dict[str, dict]:
+    """The entries the server maps of these server files will hold once their servers are healthy."""
+    maps = []
+    for path, host in map(_file_and_host, specs):
+        entries: dict[str, dict] = {}
+        for server in load_config(ServerSet, path, overrides).servers:
+            entry = entries.setdefault(server.name, {"backend": server.backend, "path": server.model_path,
+                                                     "servers": []})
+            entry["servers"].append(server.url)
+        maps.append((path, host, entries))
+    return join_maps(maps)
+
+
+def join_maps(maps: list[tuple[str, str, dict[str, dict]]]) -> dict[str, dict]:
+    """(where, host, map entries) of several maps -> entries by name, replicas joined, bind-all URLs rewritten."""
     servers: dict[str, dict] = {}
-    for spec in specs:
-        path, sep, host = spec.rpartition("@")
-        if not sep:
-            path, host = spec, ""
-        for name, entry in read_server_map(path).items():
+    for path, host, entries in maps:
+        for name, entry in entries.items():
             urls = [with_host(url, host, path) for url in entry["servers"]]
             known = servers.setdefault(name, {"backend": entry["backend"], "path": entry["path"], "urls": [],
                                               "where": path})
@@ -122,8 +151,8 @@ def build_overlay(raw: RawConfig, servers: dict[str, dict], update_dir: str | No
     return overlay
 
 
-def write_overlay(overlay: dict, output: Path, maps: list[str]) -> None:
-    header = "# Written by launch/slurm/servers_overlay.py from the server maps " + ", ".join(maps) + "\n"
+def write_overlay(overlay: dict, output: Path, sources: str) -> None:
+    header = f"# Written by launch/slurm/servers_overlay.py from {sources}\n"
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
     tmp.write_text(header + yaml.safe_dump(overlay, sort_keys=False))
@@ -138,11 +167,16 @@ def main(argv: list[str] | None = None) -> int:
             raw.merge(load_yaml(path))
         for assignment in args.overrides:
             raw.override(assignment)
-        overlay = build_overlay(raw, read_maps(args.maps), args.update_dir)
+        if args.maps:
+            servers, sources = read_maps(args.maps), "the server maps " + ", ".join(args.maps)
+        else:
+            servers = planned_maps(args.servers, args.servers_set)
+            sources = "the server files " + ", ".join(args.servers) + " (before their servers started)"
+        overlay = build_overlay(raw, servers, args.update_dir)
     except (ConfigError, OverlayError, ValueError) as error:
         print(f"servers_overlay: {error}", file=sys.stderr)
         return 2
-    write_overlay(overlay, args.output, args.maps)
+    write_overlay(overlay, args.output, sources)
     print(f"servers_overlay: wrote {args.output}", flush=True)
     return 0
 

@@ -180,7 +180,9 @@ def test_data_parallel_ranks_wait_for_rank_0(demo_models, eval_data, tmp_path):
     assert record["eval_failures"] == 0.0 and 0 <= record["eval/ifbench"] <= 100
     assert (tmp_path / "run" / "eval" / "1" / "ifbench" / "cap12" / "records.jsonl").is_file()
 
-    broken = tiny_overrides(demo_models, tmp_path, updates=1, name="broken") + eval_overrides(tmp_path / "missing") + dp
+    (tmp_path / "unprepared").mkdir()  # there (a missing folder is refused before the run starts) but empty
+    broken = tiny_overrides(demo_models, tmp_path, updates=1, name="broken") + eval_overrides(tmp_path / "unprepared")
+    broken += dp
     proc = torchrun(2, broken, tmp_path)
     assert proc.returncode != 0
     assert "eval.suites: ifbench:" in proc.stderr and "failed on rank 0" in proc.stderr  # rank 1 names it too

@@ -3,10 +3,12 @@
 - Two torchrun agents with `--nnodes 2` meet through a c10d rendezvous and train the demo config end to end
   (one process each: data parallel 2 across the two "nodes").
 - The Slurm script launch/slurm/dnmopd.sbatch: its node layout and commands (--dry-run under a stand-in
-  `scontrol`), its argument errors, and a whole job on one "node" with stand-in `srun` (runs the step here),
-  stand-in inference servers (replaying recorded SGLang answers) and a stand-in torchrun that checks the
-  servers it is given while it "trains": servers started, maps awaited, overlay written, config checked,
-  servers stopped at the end.
+  `scontrol`, and outside an allocation), its argument errors, its pre-flight (--check: a missing model folder
+  or data file is refused, naming the key), and a whole job on one "node" with stand-in `srun` (runs the step
+  here), stand-in inference servers (replaying recorded SGLang answers) and a stand-in torchrun that checks the
+  servers it is given while it "trains": overlay written and config checked before any server starts, servers
+  started, maps awaited, servers stopped at the end. (`make demo-servers` runs it with --local, real vLLM
+  servers and the real trainer: tests/test_demo_servers.py.)
 """
 
 import json
@@ -100,7 +102,8 @@ def slurm_env(tmp_path, nodes, **extra):
 
 
 def sbatch(args, env, timeout=120):
-    return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(["bash", str(SBATCH), *args], env=env, capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO)
 
 
 def dry_run(tmp_path, nodes, args):
@@ -124,16 +127,18 @@ def test_four_node_layout(tmp_path):
     assert [next(a for a in c if a.startswith("--nodelist=")) for c in servers] == ["--nodelist=n2", "--nodelist=n3"]
     assert [c[c.index("--config") + 1] for c in servers] == [
         "configs/clusters/h100_4nodes_9b.rollout.servers.yaml", "configs/clusters/h100_4nodes_9b.teachers.servers.yaml"]
-    (overlay,) = find(commands, "launch/slurm/servers_overlay.py")
-    maps = [overlay[i + 1] for i, a in enumerate(overlay) if a == "--map"]
-    assert maps == ["runs/slurm-4242/servers-0.json@n2", "runs/slurm-4242/servers-1.json@n3"]
+    (overlay,) = find(commands, "launch/slurm/servers_overlay.py")  # from the server files, before they start
+    files = [overlay[i + 1] for i, a in enumerate(overlay) if a == "--servers"]
+    assert files == ["configs/clusters/h100_4nodes_9b.rollout.servers.yaml@n2",
+                     "configs/clusters/h100_4nodes_9b.teachers.servers.yaml@n3"]
+    (check,) = find(commands, "--print-config")
+    assert commands.index(overlay) < commands.index(check) < commands.index(servers[0])
     (train,) = [c for c in commands if c[0] == "srun" and "torchrun" in c]
     torchrun = train[train.index("torchrun"):]
     assert "--nodes=2" in train and "--nodelist=n0,n1" in train
     assert torchrun[:11] == ["torchrun", "--nnodes", "2", "--nproc_per_node", "8", "--rdzv_backend", "c10d",
                              "--rdzv_endpoint", "n0:29500", "--rdzv_id", "4242"]
     assert torchrun[11:] == ["launch/pretrain_dnmopd.py", *TRAINER_ARGS[1:], "--config", "runs/slurm-4242/servers.yaml"]
-    (check,) = find(commands, "--print-config")
     assert check[-3:] == ["--config", "runs/slurm-4242/servers.yaml", "--print-config"]
 
 
@@ -170,14 +175,38 @@ def test_argument_errors(tmp_path, args, nodes, message):
     assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+def outside_slurm(tmp_path):
+    return {k: v for k, v in slurm_env(tmp_path, ["n0"]).items() if not k.startswith("SLURM_")}
+
+
 def test_outside_slurm_is_an_error(tmp_path):
-    env = {k: v for k, v in slurm_env(tmp_path, ["n0"]).items() if k != "SLURM_JOB_ID"}
-    result = sbatch(TRAINER_ARGS, env)
+    result = sbatch(TRAINER_ARGS, outside_slurm(tmp_path))
     assert result.returncode == 2 and "not inside a Slurm allocation" in result.stderr
 
 
-def stand_in_job(tmp_path, *, broken=False):
-    """A one-node job: stand-in srun (runs the step here), inference servers and torchrun."""
+def test_a_dry_run_outside_slurm_lays_the_job_out_on_placeholder_nodes(tmp_path):
+    result = sbatch(["--dry-run", "--train-nodes", "2",
+                     "--servers", "configs/clusters/h100_4nodes_9b.rollout.servers.yaml",
+                     "--servers", "configs/clusters/h100_4nodes_9b.teachers.servers.yaml", *TRAINER_ARGS],
+                    outside_slurm(tmp_path))
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if not line.startswith("dnmopd.sbatch:")]
+    servers = find(commands, "launch/start_servers.py")
+    assert [next(a for a in c if a.startswith("--nodelist=")) for c in servers] == ["--nodelist=node2",
+                                                                                  "--nodelist=node3"]
+    (train,) = [c for c in commands if "torchrun" in c]
+    assert "--nodelist=node0,node1" in train and train[train.index("--rdzv_endpoint") + 1] == "node0:29500"
+    assert "runs/slurm-dry-run/servers.yaml" in train
+
+
+def test_more_trainer_processes_than_gpus_is_refused(tmp_path):
+    env = slurm_env(tmp_path, ["n0"], SLURM_GPUS_ON_NODE="4")
+    result = sbatch(["--dry-run", "--gpus-per-node", "8", *TRAINER_ARGS], env)
+    assert result.returncode == 2 and "Slurm gave each node 4 GPUs" in result.stderr
+
+
+def stand_in_job(tmp_path, models, *, broken=False):
+    """A one-node job on the demo's models: stand-in srun (runs the step here), inference servers and torchrun."""
     fake = tmp_path / "bin"
     executable(fake / "srun", '#!/bin/sh\nwhile [ $# -gt 0 ]; do case "$1" in --*) shift ;; *) break ;; esac; done\n'
                               'exec "$@"\n')
@@ -198,23 +227,48 @@ json.dump({{"args": args, "health": health}}, open("{tmp_path / 'torchrun.json'}
     ports = {name: free_port() for name in ("rollout", "math_teacher", "code_teacher", "ifeval_teacher")}
     servers = {"health_timeout_s": 60, "servers": [
         {"name": name, "backend": "sglang", "port": port, "python": server,
-         "model_path": "/models/Qwen3.5-4B" if name == "rollout" else f"/models/{name}"}
+         "model_path": str(models / ("student" if name == "rollout" else name))}
         for name, port in ports.items()]}
     (tmp_path / "servers.yaml").write_text(yaml.safe_dump(servers))
     env = slurm_env(tmp_path, ["localhost"], TORCHRUN=torchrun, PYTHON=sys.executable)
     env["PATH"] = f"{fake}:{env['PATH']}"
     args = ["--gpus-per-node", "1", "--job-dir", str(tmp_path / "job"), "--servers", f"{tmp_path / 'servers.yaml'}@0",
-            "--", "--config", "configs/recipes/student_opd.yaml", "--config", "configs/models/qwen3.5-4b.yaml",
-            "--config", "configs/methods/dn_mopd.yaml", "--set", "run.name=slurm-test"]
+            "--", "--config", "configs/recipes/student_opd.yaml", "--config", "configs/models/tiny.yaml",
+            "--config", "configs/methods/dn_mopd.yaml", "--set", "run.name=slurm-test",
+            "--set", f"student.hf_path={models / 'student'}",
+            "--set", "data.train_file=samples:student/train_3domain.jsonl"]
     return env, args, ports
 
 
-def test_a_whole_job_with_stand_in_servers(tmp_path):
-    env, args, ports = stand_in_job(tmp_path)
+def test_the_check_refuses_a_missing_model_or_data_file_before_any_server_starts(tmp_path, demo_models):
+    env, args, ports = stand_in_job(tmp_path, demo_models)
+    result = sbatch(["--check", *args], env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the config is valid" in result.stdout and (tmp_path / "job" / "resolved_config.yaml").is_file()
+    result = sbatch([*args, "--set", "data.train_file=data/student/missing.jsonl"], env, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("--set data.train_file=data/student/missing.jsonl: data.train_file: no file data/student/missing.jsonl"
+            in result.stderr and "the run's config is invalid" in result.stderr)
+    assert not (tmp_path / "job" / "servers-0.log").exists()  # no server was started
+    servers = yaml.safe_load((tmp_path / "servers.yaml").read_text())
+    servers["servers"][1]["model_path"] = str(tmp_path / "no_teacher")  # the teachers' folders come from the file
+    (tmp_path / "servers.yaml").write_text(yaml.safe_dump(servers))
+    result = sbatch(["--check", *args], env, timeout=300)
+    assert result.returncode == 2 and "teachers.models.0.model_path: no folder" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("where", ["slurm", "local"])
+def test_a_whole_job_with_stand_in_servers(tmp_path, demo_models, where):
+    env, args, ports = stand_in_job(tmp_path, demo_models)
+    if where == "local":  # the same job on this machine, without Slurm (no srun: the stand-in one is not there)
+        env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
+        env["PATH"] = ":".join(p for p in env["PATH"].split(":") if p != str(tmp_path / "bin"))
+        args = ["--local", *args]
     result = sbatch(args, env, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     ran = json.loads((tmp_path / "torchrun.json").read_text())
     assert ran["args"][:4] == ["--nnodes", "1", "--nproc_per_node", "1"]
+    assert ran["args"][ran["args"].index("--rdzv_id") + 1] == ("local" if where == "local" else "4242")
     assert ran["args"][-2:] == ["--config", str(tmp_path / "job" / "servers.yaml")]
     assert set(ran["health"].values()) == {200}
     assert sorted(ran["health"]) == sorted(f"http://127.0.0.1:{p}" for p in ports.values())
@@ -225,8 +279,8 @@ def test_a_whole_job_with_stand_in_servers(tmp_path):
     assert not (tmp_path / "job" / "servers-0.json").exists()
 
 
-def test_a_server_that_fails_to_start_fails_the_job(tmp_path):
-    env, args, ports = stand_in_job(tmp_path, broken=True)
+def test_a_server_that_fails_to_start_fails_the_job(tmp_path, demo_models):
+    env, args, ports = stand_in_job(tmp_path, demo_models, broken=True)
     result = sbatch(args, env, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "stopped before they were healthy" in result.stderr and "CUDA out of memory" in result.stderr

@@ -174,11 +174,12 @@ class FakeMetrics:
         self.events.append(("metrics_closed",))
 
 
-def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(), eval_at=()):
+def fake_trainer(monkeypatch, tmp_path, *, updates, steps, ahead, save_every, probe_at=(), eval_at=()):
     events = []
     forward = FakeForward(events)
     config = SimpleNamespace(
         train=SimpleNamespace(updates=updates, optimizer_steps_per_update=steps),
+        rollout=SimpleNamespace(weight_probe_tolerance=2e-2),
         checkpoint=SimpleNamespace(save_every=save_every, export_hf=False, keep_last=2),
         logging=SimpleNamespace(report=False))
     trainer = trainer_module.Trainer.__new__(trainer_module.Trainer)  # the loop without the composition root
@@ -200,7 +201,7 @@ def fake_trainer(monkeypatch, *, updates, steps, ahead, save_every, probe_at=(),
     trainer.measurements = Measurements(FakeEvaluation(events, eval_at), FakeProbe(events, probe_at))
     trainer.metrics = FakeMetrics(events)
     trainer.progress = ProgressDisplay(updates, 0, ["math"], enabled=False)
-    trainer.run_dir = None
+    trainer.run_dir = tmp_path
     trainer.sampler = SimpleNamespace(state_dict=lambda: {"sampler": "state"})
 
     def save(run_dir, update, student, optimization, state, keep_last, local_state, manifest):
@@ -218,8 +219,8 @@ def optimizer_step(responses, tokens):
     return [("zero_grad",), ("objective", responses, tokens), ("forward", "train", responses)]
 
 
-def test_on_policy_loop_order_and_metrics(monkeypatch):
-    trainer, events, forward = fake_trainer(monkeypatch, updates=3, steps=2, ahead=0, save_every=2)
+def test_on_policy_loop_order_and_metrics(monkeypatch, tmp_path):
+    trainer, events, forward = fake_trainer(monkeypatch, tmp_path, updates=3, steps=2, ahead=0, save_every=2)
     trainer.train()
     tokens = [sum(len(r) for r in RESPONSES[:2]), len(RESPONSES[2])]
     probe = tuple(PROMPTS[0] + RESPONSES[0])
@@ -227,9 +228,10 @@ def test_on_policy_loop_order_and_metrics(monkeypatch):
     for update in range(3):
         expected += [("collect", update), ("prepare", update, 0)]
         expected += optimizer_step(2, tokens[0]) + [("step", True)] + optimizer_step(1, tokens[1]) + [("step", False)]
-        expected += [("forward", "forward_only", 1), ("update_weights", probe), ("log", update)]
-        if update in (1, 2):  # save_every 2, and the last update
+        expected += [("forward", "forward_only", 1), ("update_weights", probe)]
+        if update in (1, 2):  # save_every 2, and the last update; its time joins the update's metrics
             expected.append(("save", update + 1))
+        expected.append(("log", update))
     assert events == expected + [("metrics_closed",)]
 
     losses = forward.losses
@@ -242,15 +244,18 @@ def test_on_policy_loop_order_and_metrics(monkeypatch):
         assert record["time/train"] >= 0 and record["time/sync"] >= 0 and record["throughput/tokens_per_s"] > 0
         assert "time/wait" not in record
     assert trainer.last_metrics is trainer.metrics.records[2]
+    saved = [trainer.metrics.records[u] for u in (1, 2)]  # the checkpoint's time is a metric of its update
+    assert "time/checkpoint" not in trainer.metrics.records[0] and all(
+        r["time/checkpoint"] >= 0 and r["timeline/checkpoint/start"] >= r["timeline/sync/end"] for r in saved)
     assert all("probe_kl/all" not in r and "time/probe" not in r and "eval/heldout" not in r
                for r in trainer.metrics.records.values())
 
 
-def test_measurements_after_training_and_after_the_weight_sync(monkeypatch):
+def test_measurements_after_training_and_after_the_weight_sync(monkeypatch, tmp_path):
     """The probe measures the trained weights before the batch collected ahead finishes and the weights are
-    synced; the evaluation runs on the synced engine, before the update's metrics are logged and saved."""
-    trainer, events, _ = fake_trainer(monkeypatch, updates=3, steps=1, ahead=1, save_every=10, probe_at=(0, 2),
-                                      eval_at=(1, 2))
+    synced; the evaluation runs on the synced engine, before the update is saved and its metrics logged."""
+    trainer, events, _ = fake_trainer(monkeypatch, tmp_path, updates=3, steps=1, ahead=1, save_every=10,
+                                      probe_at=(0, 2), eval_at=(1, 2))
     try:
         trainer.train()
     finally:
@@ -262,7 +267,7 @@ def test_measurements_after_training_and_after_the_weight_sync(monkeypatch):
     assert main_thread == [
         ("prepare", 0, 0), ("step", True), ("probe",), sync, ("log", 0),
         ("prepare", 1, 1), ("step", False), sync, ("eval", 1), ("log", 1),
-        ("prepare", 2, 1), ("step", True), ("probe",), sync, ("eval", 2), ("log", 2), ("save", 3),
+        ("prepare", 2, 1), ("step", True), ("probe",), sync, ("eval", 2), ("save", 3), ("log", 2),
         ("eval_closed",)]
     records = trainer.metrics.records
     assert [records[u].get("probe_kl/all") for u in range(3)] == [1.0, None, 2.0]  # Mean(2k, 2) reduced: k
@@ -274,8 +279,8 @@ def test_measurements_after_training_and_after_the_weight_sync(monkeypatch):
         assert records[u]["timeline/probe/end"] <= records[u]["timeline/sync/start"]
 
 
-def test_rollout_ahead_collects_the_next_batch_before_training(monkeypatch):
-    trainer, events, _ = fake_trainer(monkeypatch, updates=3, steps=1, ahead=1, save_every=10)
+def test_rollout_ahead_collects_the_next_batch_before_training(monkeypatch, tmp_path):
+    trainer, events, _ = fake_trainer(monkeypatch, tmp_path, updates=3, steps=1, ahead=1, save_every=10)
     try:
         trainer.train()
     finally:

@@ -1,15 +1,19 @@
 """Plots of a run, drawn from its metrics.jsonl, so a user can look rather than read:
 
-    multipliers.png   applied DN multiplier (solid) and raw sigma_all / sigma_d (dashed) per domain
+    multipliers.png   applied DN multiplier (thick) and raw sigma_all / sigma_d (thin, dashed) per domain
     shares.png        each domain's share of the batch's tokens, advantage magnitude and gradient (OPD runs)
-    reverse_kl.png    sampled-token reverse KL to the routed teacher per domain
+    reverse_kl.png    the sampled-token estimate of the reverse KL to the routed teacher per domain (an
+                      estimate from the sampled tokens only: it can go below 0)
     reverse_kl_full_vocab.png   exact full-vocabulary reverse KL per domain (full-vocab loss runs)
     probe_kl.png      exact full-vocabulary reverse KL per domain on the fixed probe set (logging.probe_every)
-    phase_times.png   seconds per update of each phase (rollout, scoring, wait, train, sync; phases overlap)
-    timeline.png      when each update's phases ran (wall clock): with train.rollout_ahead 1 the next
-                      batch's rollout and scoring run during the current train
-    training.png      loss, mean response length and throughput
+    phase_times.png   seconds per update of each phase (rollout, scoring, wait, train, probe, sync, checkpoint)
+    timeline.png      when each update's phases ran (wall clock), coloured by phase, checkpoints marked: with
+                      train.rollout_ahead 1 the next batch's rollout and scoring run during the current train
+    training.png      loss, mean response length, share of responses cut at the token cap, throughput
     eval.png          evaluation during training: eval/<suite> scores (and eval/heldout) by update
+
+Every plot counts updates from 1 (as the console does), on linear axes, and gives each domain and each phase the
+same colour in every figure (`domain_colour`, `PHASE_COLOURS`).
 
     python -m dnmopd.trainer.measurements.report RUN_DIR
     python -m dnmopd.trainer.measurements.report RUN_DIR OTHER_RUN... [--output FILE]
@@ -29,9 +33,49 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from dnmopd.io import atomic_write
+from dnmopd.io import atomic_write  # noqa: E402
 from dnmopd.trainer.measurements.metrics import METRICS_FILE, read_metrics  # noqa: E402
+
+# ------------------------------------------------------------------------------------------- shared style
+DOMAIN_COLOURS = {"math": "#1f77b4", "code": "#2ca02c", "ifeval": "#d62728", "all": "#222222"}
+"""Each domain's colour in every figure; `all` (a pooled value) is near-black."""
+EXTRA_COLOURS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#ff7f0e", "#7f7f7f")
+PHASE_COLOURS = {"rollout": "#4c72b0", "scoring": "#55a868", "wait": "#bbbbbb", "train": "#dd8452",
+                 "probe": "#8172b3", "sync": "#937860", "eval": "#64b5cd", "checkpoint": "#c44e52"}
+"""Each phase's colour in the time and timeline plots."""
+
+
+def domain_colour(domain: str) -> str:
+    """The domain's fixed colour; a domain outside DOMAIN_COLOURS gets one from its name (stable across runs)."""
+    if domain in DOMAIN_COLOURS:
+        return DOMAIN_COLOURS[domain]
+    return EXTRA_COLOURS[sum(domain.encode()) % len(EXTRA_COLOURS)]
+
+
+def domain_order(names) -> list[str]:
+    """Domains in the order of DOMAIN_COLOURS (`all` last), then the others by name."""
+    known = [d for d in DOMAIN_COLOURS if d in names and d != "all"]
+    return known + sorted(set(names) - set(DOMAIN_COLOURS)) + (["all"] if "all" in names else [])
+
+
+def updates(steps: list[int]) -> list[int]:
+    """Record steps (0-based) as the updates the console counts (from 1)."""
+    return [step + 1 for step in steps]
+
+
+def update_axis(ax, title: str, ylabel: str) -> None:
+    """After plotting: an update-numbered x axis (integer ticks, from update 1), the title and the y label."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(left=0.5)
+    ax.set(xlabel="update", ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3)
+
+
+def side_legend(ax, **options) -> None:
+    """The legend beside the axes, where it hides no line."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, **options)
 
 
 def series(records: list[dict], prefix: str, suffix: str = "") -> dict[str, tuple[list[int], list[float]]]:
@@ -59,14 +103,17 @@ def _plot_multipliers(records, out: Path) -> Path | None:
     if not applied:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for domain, (steps, values) in sorted(applied.items()):
-        (line,) = ax.plot(steps, values, label=f"{domain} applied")
+    for domain in domain_order(applied):
+        steps, values = applied[domain]
+        colour = domain_colour(domain)
+        ax.plot(updates(steps), values, color=colour, linewidth=3, alpha=0.45, label=f"{domain} applied")
         if domain in raw:
-            ax.plot(*raw[domain], linestyle="--", color=line.get_color(), alpha=0.6, label=f"{domain} raw")
-    ax.set_yscale("log")
+            ax.plot(updates(raw[domain][0]), raw[domain][1], color=colour, linestyle="--", linewidth=1, marker=".",
+                    markersize=4, label=f"{domain} raw sigma_all / sigma_d")
     ax.axhline(1.0, color="grey", linewidth=0.8)
-    ax.set(xlabel="update", ylabel="multiplier w_d", title="Domain multipliers")
-    ax.legend(fontsize=8, ncol=2)
+    ax.set_ylim(bottom=0)
+    update_axis(ax, "Domain multipliers w_d (applied = raw clipped to the bounds)", "multiplier w_d")
+    side_legend(ax)
     return _save(fig, out / "multipliers.png")
 
 
@@ -79,23 +126,29 @@ def _plot_shares(records, out: Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.8), sharey=True)
     for ax, (_, title, lines) in zip(axes, panels, strict=True):
-        for domain, (steps, values) in sorted(lines.items()):
-            ax.plot(steps, values, label=domain)
-        ax.set(xlabel="update", title=f"share of {title}", ylim=(0, 1))
-    axes[0].set_ylabel("share of the batch")
-    axes[0].legend(fontsize=8)
+        for domain in domain_order(lines):
+            steps, values = lines[domain]
+            ax.plot(updates(steps), values, color=domain_colour(domain), label=domain)
+        update_axis(ax, f"share of {title}", "share of the batch" if ax is axes[0] else "")
+        ax.set_ylim(0, 1)
+    side_legend(axes[-1])
     return _save(fig, out / "shares.png")
 
 
-def _plot_lines(records, out: Path, prefix: str, name: str, title: str, ylabel: str) -> Path | None:
+def _plot_lines(records, out: Path, prefix: str, name: str, title: str, ylabel: str,
+                domains: bool = True) -> Path | None:
     lines = series(records, prefix)
     if not lines:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for label, (steps, values) in sorted(lines.items()):
-        ax.plot(steps, values, label=label)
-    ax.set(xlabel="update", ylabel=ylabel, title=title)
-    ax.legend(fontsize=8)
+    for label in domain_order(lines) if domains else sorted(lines):
+        steps, values = lines[label]
+        style = {"color": domain_colour(label), "linewidth": 2.2 if label == "all" else 1.5} if domains else {}
+        ax.plot(updates(steps), values, label=label, marker="." if len(steps) < 40 else None, **style)
+    if min(v for _, values in lines.values() for v in values) < 0:
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+    update_axis(ax, title, ylabel)
+    side_legend(ax)
     return _save(fig, out / name)
 
 
@@ -104,49 +157,64 @@ def _plot_phase_times(records, out: Path) -> Path | None:
     if not phases:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
-    for phase, (steps, seconds) in sorted(phases.items()):
-        ax.plot(steps, seconds, marker="o", markersize=3, label=phase)
-    ax.set(xlabel="update", ylabel="seconds", title="Time per phase (phases may overlap)")
-    ax.legend(fontsize=8)
+    for phase in [p for p in PHASE_COLOURS if p in phases] + sorted(set(phases) - set(PHASE_COLOURS)):
+        steps, seconds = phases[phase]
+        ax.plot(updates(steps), seconds, marker="o", markersize=3, label=phase,
+                color=PHASE_COLOURS.get(phase), linestyle="none" if phase == "checkpoint" else "-")
+    ax.set_ylim(bottom=0)
+    update_axis(ax, "Time per phase (phases may overlap)", "seconds")
+    side_legend(ax)
     return _save(fig, out / "phase_times.png")
 
 
-TIMELINE_LANES = ("rollout", "scoring", "wait", "train", "sync")
+TIMELINE_LANES = ("rollout", "scoring", "wait", "train", "probe", "sync", "checkpoint")
 
 
 def _plot_timeline(records, out: Path) -> Path | None:
-    """One lane per phase, one bar per update's phase, on the wall clock of the run's first record."""
+    """One lane per phase, one bar per update's phase, coloured by phase, on the wall clock of the run's first
+    record; each checkpoint is marked by a line across the lanes."""
     spans = [(r["step"], lane, r[f"timeline/{lane}/start"], r[f"timeline/{lane}/end"]) for r in records
              for lane in TIMELINE_LANES if f"timeline/{lane}/start" in r and f"timeline/{lane}/end" in r]
     if not spans:
         return None
     origin = min(start for _, _, start, _ in spans)
     lanes = [lane for lane in TIMELINE_LANES if any(s[1] == lane for s in spans)]
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(lanes) + 1.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(lanes) + 1.6))
+    label_every = max(1, len(records) // 15)
     for step, lane, start, end in spans:
         y = lanes.index(lane)
-        ax.barh(y, end - start, left=start - origin, height=0.6, color=colors[step % len(colors)],
-                edgecolor="black", linewidth=0.3)
-        if lane in ("rollout", "train"):
-            ax.text(start - origin, y, str(step), va="center", fontsize=6)
+        ax.barh(y, end - start, left=start - origin, height=0.6, color=PHASE_COLOURS[lane], linewidth=0)
+        if lane == "checkpoint":
+            ax.axvline(start - origin, color=PHASE_COLOURS[lane], linewidth=0.8, linestyle=":")
+            ax.text(end - origin, y, f" after {step + 1}", va="center", fontsize=7)
+        elif lane in ("rollout", "train") and step % label_every == 0:
+            ax.text(start - origin, y - 0.38, str(step + 1), va="bottom", fontsize=6)
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.invert_yaxis()
-    ax.set(xlabel="seconds since the first update started", title="Timeline (bar label: update)")
+    ax.set_ylim(len(lanes) - 0.4, -0.8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set(xlabel="seconds since the first update started",
+           title="Timeline of the phases (number: update; dotted line: a checkpoint)")
     return _save(fig, out / "timeline.png")
 
 
+TRAINING_PANELS = (("loss", "loss", ""), ("response_length/mean", "mean response length", "tokens"),
+                   ("truncation_rate", "responses cut at the token cap", "%"),
+                   ("throughput/tokens_per_s", "throughput", "response tokens / s"))
+
+
 def _plot_training(records, out: Path) -> Path | None:
-    panels = [(key, label) for key, label in (("loss", "loss"), ("response_length/mean", "mean response length"),
-                                               ("throughput/tokens_per_s", "tokens / s"))
-              if any(key in r for r in records)]
+    panels = [panel for panel in TRAINING_PANELS if any(panel[0] in r for r in records)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.5), squeeze=False)
-    for ax, (key, label) in zip(axes[0], panels, strict=True):
-        points = [(r["step"], r[key]) for r in records if key in r]
-        ax.plot(*zip(*points, strict=True))
-        ax.set(xlabel="update", title=label)
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    for ax, (key, title, unit) in zip(axes[0], panels, strict=True):
+        steps, values = zip(*[(r["step"], r[key]) for r in records if key in r], strict=True)
+        if unit == "%":
+            values = [100 * v for v in values]
+            ax.set_ylim(0, 105)
+        ax.plot(updates(list(steps)), values, color="#444444", marker="." if len(steps) < 40 else None)
+        update_axis(ax, title, unit)
+    fig.tight_layout()
     return _save(fig, out / "training.png")
 
 
@@ -157,15 +225,16 @@ def draw_report(run_dir: str | Path) -> list[Path]:
     out = run_dir / "plots"
     out.mkdir(exist_ok=True)
     drawn = [_plot_multipliers(records, out), _plot_shares(records, out),
-             _plot_lines(records, out, "kl/", "reverse_kl.png", "Reverse KL to the routed teacher (sampled tokens)",
-                         "KL (nats/token)"),
+             _plot_lines(records, out, "kl/", "reverse_kl.png",
+                         "Reverse KL to the routed teacher: sampled-token estimate (can go below 0)",
+                         "estimate (nats/token)"),
              _plot_lines(records, out, "kl_full/", "reverse_kl_full_vocab.png",
                          "Reverse KL to the routed teacher (full vocabulary)", "KL (nats/token)"),
              _plot_lines(records, out, "probe_kl/", "probe_kl.png",
                          "Reverse KL to the routed teacher on the fixed probe set (full vocabulary)",
                          "KL (nats/token)"),
              _plot_lines(records, out, "eval/", "eval.png", "Evaluation during training (weights after the update)",
-                         "score (%)"),
+                         "score (%)", domains=False),
              _plot_phase_times(records, out), _plot_timeline(records, out), _plot_training(records, out)]
     return [p for p in drawn if p is not None]
 
@@ -185,27 +254,26 @@ def draw_comparison(run_dirs: list[str | Path], output: str | Path) -> Path:
     runs = [(Path(d).name, read_metrics(_metrics_file(Path(d)))) for d in run_dirs]
     if not any(series(records, "probe_kl/") for _, records in runs):
         raise ValueError(f"none of {[str(d) for d in run_dirs]} logged probe_kl/* (set logging.probe_every)")
-    panels = [("probe_kl/", "", "KL (nats/token)", "Reverse KL to the routed teacher, fixed probe set", False),
-              ("dn/", "/applied", "applied multiplier w_d", "Domain multipliers", False)]
+    panels = [("probe_kl/", "", "KL (nats/token)", "Reverse KL to the routed teacher, fixed probe set (exact)",
+               False),
+              ("dn/", "/applied", "multiplier w_d", "Domain multipliers (applied)", False)]
     if any(series(records, "share/gradient/") for _, records in runs):
         panels.append(("share/gradient/", "", "share of the gradient (running mean)",
                        "Domain share of the gradient", True))
     styles = ("-", "--", ":", "-.")
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.6))
-    colours: dict[str, str] = {}
-    for (_, records), style in zip(runs, styles * len(runs), strict=False):
+    for (name, records), style in zip(runs, styles * len(runs), strict=False):
         for ax, (prefix, suffix, _, _, smooth) in zip(axes, panels, strict=True):
-            for domain, (steps, values) in sorted(series(records, prefix, suffix).items()):
-                colour = colours.setdefault(domain, f"C{len(colours)}")
-                ax.plot(steps, running_mean(values) if smooth else values, linestyle=style, color=colour)
+            lines = series(records, prefix, suffix)
+            for domain in domain_order(lines):
+                steps, values = lines[domain]
+                ax.plot(updates(steps), running_mean(values) if smooth else values, linestyle=style,
+                        color=domain_colour(domain), label=f"{domain} ({name})")
     for ax, (_, _, ylabel, title, _) in zip(axes, panels, strict=True):
-        ax.set(xlabel="update", ylabel=ylabel, title=title)
+        update_axis(ax, title, ylabel)
     axes[1].axhline(1.0, color="grey", linewidth=0.8)
-    handles = [plt.Line2D([], [], color=c, label=d) for d, c in colours.items()]
-    handles += [plt.Line2D([], [], color="black", linestyle=style, label=name)
-                for (name, _), style in zip(runs, styles * len(runs), strict=False)]
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    axes[1].set_ylim(bottom=0)
+    side_legend(axes[-1], handles=axes[0].get_lines())  # the KL panel's lines: every domain and run
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, output)
