@@ -86,6 +86,7 @@ def _measure(work: Path, update, device: str, tiny: bool) -> dict:
 def megatron_update(folder: Path, dtype: str, device: str, micro_batch_tokens: int):
     """The trainer's update path: packed micro-batches, the fused LM-head cross-entropy, megatron's Adam."""
     from dnmopd.student import BuildOptions, ParallelDims, Student
+    from dnmopd.student.build import resolved_impl
     from dnmopd.trainer.config import OptimizerConfig
     from dnmopd.trainer.step.forward_backward import StudentForward
     from dnmopd.trainer.step.objectives import LMHead, TokenCrossEntropy
@@ -109,7 +110,7 @@ def megatron_update(folder: Path, dtype: str, device: str, micro_batch_tokens: i
     fla = HAVE_FLA and device == "cuda"
     gdn = "torch (FLA's backward is unusable here)" if fla and fla_backward_is_broken() else ("FLA" if fla else "torch")
     return step, (f"{dtype}, packed micro-batches of <= {micro_batch_tokens} tokens, GDN {gdn}, "
-                  f"{student.options.resolved_impl()} layers")
+                  f"{resolved_impl(student.options)} layers")
 
 
 def transformers_update(folder: Path, dtype: str, device: str, micro_batch_tokens: int):

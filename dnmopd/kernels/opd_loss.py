@@ -38,6 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
+from dnmopd.core.clipping import validate_clip
+
 from .linear_logprob import (
     NEG_LARGE,
     check_targets_owned,
@@ -48,16 +50,6 @@ from .linear_logprob import (
 from .utils import ChunkedHead, check_lm_head_inputs, response_token_weights, scale_saved_grads, use_triton
 
 TOKEN_BLOCK = 1024
-
-
-def validate_clip(eps_low: float, eps_high: float, dual_clip: float | None) -> None:
-    """The clip parameters of the loss: 0 <= eps_low < 1, eps_high >= 0, dual_clip > 1 or None."""
-    if not 0 <= eps_low < 1:
-        raise ValueError(f"eps_low must lie in [0, 1), got {eps_low}")
-    if not eps_high >= 0:
-        raise ValueError(f"eps_high must be >= 0, got {eps_high}")
-    if dual_clip is not None and not dual_clip > 1:
-        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
 
 
 @triton.jit

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-from transformers import DynamicCache
 
 from dnmopd.hf.inprocess import InProcessModel, score_responses
 from dnmopd.hf.models import model_vocab_size
@@ -86,6 +85,8 @@ class InProcessRollout(RolloutEngine):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         generators = [self._generator(params.sample_seed(r.sample_id), device) for r in requests]
         stops = torch.tensor(sorted(set(self.eos_ids) | set(params.stop_token_ids)), dtype=torch.long, device=device)
+
+        from transformers import DynamicCache  # here: a config naming this backend loads without transformers
 
         cache = {self._cache_arg: DynamicCache(config=self.model.config)}  # mutated in place by each forward
         output = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,

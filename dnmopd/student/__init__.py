@@ -6,10 +6,11 @@ Modules (one job each):
 * ``parallel``: ``torch.distributed`` start-up and megatron's process groups (``ParallelDims``);
 * ``cpu_compat``: the context manager that lets megatron-core run on CPU/gloo inside it;
 * ``layers``, ``gated_delta_rule``, ``gated_delta_net``, ``specs``: the layers and their ModuleSpecs;
+* ``options``: the build options and the run config's ``student`` section (no megatron import);
 * ``model``, ``build``: ``StudentModel`` (GPTModel returning hidden states) and the builder;
 * ``hf_mapping``, ``weights``: HF <-> megatron tensor layouts, loading and gathered HF-named iteration;
 * ``checkpoint``, ``student``: distributed checkpoints and the ``Student`` facade the trainer uses;
-* ``pipeline``: forward-only logits through megatron's pipeline schedules (verification, tests).
+* ``logits``: forward-only logits through megatron's pipeline schedules (verification, tests).
 
 Hugging Face release folders, their config files, model cards and weight merges live in ``dnmopd.hf``; tiny
 random checkpoints for the tests and the demo in ``dnmopd.examples.tiny``. The names below are imported lazily,
@@ -19,12 +20,13 @@ so importing the package does not pull in megatron-core.
 import importlib
 
 _EXPORTS = {
-    "BuildOptions": "dnmopd.student.build",
+    "BuildOptions": "dnmopd.student.options",
     "OutputShard": "dnmopd.student.model",
     "PackedSequences": "dnmopd.student.model",
     "ParallelDims": "dnmopd.student.parallel",
     "Student": "dnmopd.student.student",
     "StudentArch": "dnmopd.student.arch",
+    "StudentConfig": "dnmopd.student.options",
     "StudentModel": "dnmopd.student.model",
     "init_distributed": "dnmopd.student.parallel",
 }

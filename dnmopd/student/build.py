@@ -6,55 +6,28 @@ This is the only place that maps the student's settings onto megatron's ``Transf
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from dnmopd.student.arch import StudentArch, dtype_from_name
-from dnmopd.student.gated_delta_rule import BACKENDS
 from dnmopd.student.model import StudentModel
+from dnmopd.student.options import BuildOptions
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.specs import HAVE_TE, decoder_block_spec, spec_provider
 
 
-@dataclass(kw_only=True, slots=True)
-class BuildOptions:
-    """How to build the student (the architecture itself comes from the HF config)."""
+def resolved_dtype(options: BuildOptions, arch: StudentArch) -> torch.dtype:
+    """The parameter dtype `options.dtype` names ("auto": the checkpoint's)."""
+    return arch.hf_dtype if options.dtype == "auto" else dtype_from_name(options.dtype, where="student.dtype")
 
-    dtype: str = "auto"
-    """Parameter dtype: "auto" (the checkpoint's dtype), "float32", "bfloat16" or "float16"."""
-    transformer_impl: str = "auto"
-    """"auto" (Transformer Engine when importable and CUDA is available), "local" or "transformer_engine"."""
-    gdn_backend: str = "auto"
-    """Gated delta rule: "auto" (FLA on CUDA when usable, else torch), "fla" or "torch"."""
-    gdn_chunk_size: int = 64
-    """Chunk length of the pure-torch chunked gated delta rule."""
-    activation_recompute: bool = False
-    """Recompute each layer's activations in the backward pass (megatron full/uniform recompute)."""
-    make_vocab_size_divisible_by: int = 128
-    """Pad the vocabulary to a multiple of this times the TP size (megatron's rule)."""
 
-    def __post_init__(self):
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"BuildOptions.dtype must be auto/float32/bfloat16/float16, got {self.dtype!r}")
-        if self.transformer_impl not in ("auto", "local", "transformer_engine"):
-            raise ValueError(
-                f"BuildOptions.transformer_impl must be auto/local/transformer_engine, got {self.transformer_impl!r}"
-            )
-        if self.gdn_backend not in BACKENDS:
-            raise ValueError(f"BuildOptions.gdn_backend must be one of {BACKENDS}, got {self.gdn_backend!r}")
-        if self.gdn_chunk_size < 1 or self.make_vocab_size_divisible_by < 1:
-            raise ValueError("BuildOptions.gdn_chunk_size and make_vocab_size_divisible_by must be >= 1")
-
-    def resolved_dtype(self, arch: StudentArch) -> torch.dtype:
-        return arch.hf_dtype if self.dtype == "auto" else dtype_from_name(self.dtype, where="BuildOptions.dtype")
-
-    def resolved_impl(self) -> str:
-        if self.transformer_impl == "auto":
-            return "transformer_engine" if HAVE_TE and torch.cuda.is_available() else "local"
-        return self.transformer_impl
+def resolved_impl(options: BuildOptions) -> str:
+    """The transformer implementation ("auto": Transformer Engine when importable and CUDA is available)."""
+    if options.transformer_impl == "auto":
+        return "transformer_engine" if HAVE_TE and torch.cuda.is_available() else "local"
+    return options.transformer_impl
 
 
 def padded_vocab_size(vocab_size: int, tp_size: int, divisible_by: int = 128) -> int:
@@ -81,7 +54,7 @@ def check_supported(arch: StudentArch, dims: ParallelDims) -> None:
 
 
 def transformer_config(arch: StudentArch, options: BuildOptions, dims: ParallelDims) -> TransformerConfig:
-    dtype = options.resolved_dtype(arch)
+    dtype = resolved_dtype(options, arch)
     on_gpu = torch.cuda.is_available()
     gdn = arch.gdn
     recompute = {}
@@ -137,7 +110,7 @@ def transformer_config(arch: StudentArch, options: BuildOptions, dims: ParallelD
         apply_rope_fusion=False,
         gradient_accumulation_fusion=False,
         persist_layer_norm=False,
-        transformer_impl=options.resolved_impl(),
+        transformer_impl=resolved_impl(options),
         hetereogenous_dist_checkpoint=gdn is not None,  # mixed layer types: per-layer checkpoint keys
         **recompute,
     )

@@ -1,7 +1,7 @@
 """The student of this rank: megatron model chunks + the HF architecture + what export needs.
 
     dims = ParallelDims.Config(tensor=2).build()
-    student = Student.Config(hf_path="Qwen3.5-2B").build(dims)          # HF -> megatron
+    student = Student.from_hf("Qwen3.5-2B", dims, BuildOptions())       # HF -> megatron
     hidden = student.chunks[-1](input_ids, return_hidden_states=True)  # last pipeline stage
     shard = student.output_shard()                                     # LM-head rows of this TP rank
     for name, tensor in student.hf_tensors(): ...                      # weight sync / export
@@ -12,28 +12,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from dnmopd.student import checkpoint
 from dnmopd.student.arch import StudentArch
-from dnmopd.student.build import BuildOptions, build_model_chunks, padded_vocab_size
+from dnmopd.student.build import build_model_chunks, padded_vocab_size
 from dnmopd.student.model import OutputShard, StudentModel
+from dnmopd.student.options import BuildOptions
 from dnmopd.student.parallel import ParallelDims
 from dnmopd.student.weights import iter_hf_tensors, load_hf_weights
 
 
 class Student:
-    @dataclass(kw_only=True, slots=True)
-    class Config(BuildOptions):
-        hf_path: str
-        """Hugging Face model folder (config.json + safetensors; text-only or the Qwen3.5 VL layout)."""
-
-        def build(self, dims: ParallelDims) -> Student:
-            return Student.from_hf(self.hf_path, dims, self)
-
     def __init__(
         self,
         chunks: list[StudentModel],

@@ -10,16 +10,16 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from dnmopd.config import Backend, Choice, FieldValueError
+from dnmopd.core.clipping import validate_clip
 from dnmopd.data.sample_data import resolve_data_path
 from dnmopd.data.sampler import PromptSampler
 from dnmopd.hf.model_card import CardConfig
-from dnmopd.kernels.opd_loss import validate_clip
 from dnmopd.rollout import rollout_class
 from dnmopd.rollout.base import SamplingParams
 from dnmopd.serving.weight_group import WeightGroup
 from dnmopd.student.arch import StudentArch
+from dnmopd.student.options import StudentConfig
 from dnmopd.student.parallel import ParallelDims
-from dnmopd.student.student import Student
 from dnmopd.teachers import teacher_class
 from dnmopd.teachers.fleet import TeacherFleet
 from dnmopd.trainer.experience.verification import Verification
@@ -351,7 +351,7 @@ class SFTConfig:
 class TrainerConfig:
     run: RunConfig
     """Run name, output folder, mode (opd, grpo, sft) and seed."""
-    student: Student.Config
+    student: StudentConfig
     """The student: hf_path of the initial weights + build options (dtype, GDN backend, recompute)."""
     parallel: ParallelDims.Config = field(default_factory=ParallelDims.Config)
     """Tensor/pipeline layout of the student; data parallel = processes / (tensor x pipeline)."""

@@ -25,8 +25,8 @@ import torch
 
 from dnmopd.config import FieldValueError
 from dnmopd.core import DEFAULT_BOUNDS, MULTIPLIER_MODES, DomainNormalizer, Router, RoutingConfig
+from dnmopd.core.clipping import validate_clip
 from dnmopd.core.normalizer import TARGET_SHARES, validate_bounds
-from dnmopd.kernels.opd_loss import validate_clip
 
 LOSS_KINDS = ("sampled_token", "full_vocab_reverse_kl", "topk_reverse_kl")
 

@@ -114,3 +114,22 @@ def test_print_config_refuses_without_a_traceback(tmp_path, student):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"config error: {tmp_path / 'run.yaml'}:5: parallel.tensor: 3 does not divide" in result.stderr
+
+
+def test_print_config_loads_no_model_library(tmp_path, student):
+    """Checking a config imports neither megatron-core nor transformers (a typo is found in about a second)."""
+    models = tmp_path / "runs" / "demo-models"  # the folders the demo config names, relative to the working dir
+    models.mkdir(parents=True)
+    for name in ("student", "math_teacher", "code_teacher", "ifeval_teacher"):
+        (models / name).symlink_to(student)
+    check = ("import runpy, sys, contextlib, io\n"
+             f"sys.argv = ['pretrain', '--config', {str(DEMO)!r}, '--print-config']\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    try:\n"
+             f"        runpy.run_path({str(ROOT / 'launch' / 'pretrain_dnmopd.py')!r}, run_name='__main__')\n"
+             "    except SystemExit as end:\n"
+             "        assert not end.code, end.code\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'megatron', 'transformers', 'datasets'}))\n")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -100,14 +100,14 @@ def _dtype_worker(rank, world, path, out_dir):
 
     from safetensors.torch import load_file
 
-    from dnmopd.student import ParallelDims, Student, init_distributed
+    from dnmopd.student import BuildOptions, ParallelDims, Student, init_distributed
 
     init_distributed()
     source = load_file(f"{_mixed_dtype_checkpoint(path, out_dir)}/model.safetensors")
     dims = ParallelDims.Config().build()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        student = Student.Config(hf_path=out_dir, dtype="bfloat16").build(dims)
+        student = Student.from_hf(out_dir, dims, BuildOptions(dtype="bfloat16"))
     exported = dict(student.hf_tensors(source_dtypes=True))
     return {
         "param_dtypes": sorted({str(p.dtype) for p in student.chunks[0].parameters()}),
