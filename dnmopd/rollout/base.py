@@ -45,6 +45,10 @@ class WeightUpdateError(RolloutError):
     """A weight update failed, or the probe after it showed that the served model is not the new one."""
 
 
+MIN_TEMPERATURE = 1e-5
+"""The smallest sampling temperature: SGLang treats any below 1e-6 as greedy (and vLLM below 1e-5)."""
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     temperature: float = 1.0
@@ -62,8 +66,9 @@ class SamplingParams:
 
     def __post_init__(self):
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
-        if self.temperature < 0:
-            raise ValueError(f"SamplingParams.temperature={self.temperature}: must be >= 0")
+        if self.temperature < 0 or 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"SamplingParams.temperature={self.temperature}: must be 0 (greedy) or >= "
+                             f"{MIN_TEMPERATURE} (servers decode greedily below it while reporting raw log-probs)")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p={self.top_p}: must be in (0, 1]")
         if self.top_k != -1 and self.top_k < 1:

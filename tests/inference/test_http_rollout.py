@@ -159,3 +159,12 @@ def test_each_sample_is_scored_as_soon_as_its_rollout_finishes(tiny_model_dir):
     for sample, want in zip(experience.samples, rescored, strict=True):
         torch.testing.assert_close(sample.scores["math"], want.logprobs, atol=1e-5, rtol=0)
     assert experience.teacher_failures == {"math": 0} and len(experience.teacher_seconds["math"]) == 4
+
+
+@pytest.mark.parametrize("temperature", [1e-7, 5e-6])
+def test_a_temperature_the_servers_would_decode_greedily_is_refused(temperature):
+    """SGLang decodes greedily below 1e-6 and vLLM below 1e-5 while reporting raw log-probs, which are not the
+    log-probs of a distribution at that temperature: only 0 (greedy) or >= 1e-5 is taken."""
+    with pytest.raises(ValueError, match=r"must be 0 \(greedy\) or >= 1e-05"):
+        SamplingParams(temperature=temperature)
+    assert SamplingParams(temperature=0).greedy and not SamplingParams(temperature=1e-5).greedy
