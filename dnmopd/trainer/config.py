@@ -255,7 +255,7 @@ class TrainConfig:
     rollout_ahead: int = 0
     """0: each update trains on a batch its own weights generated (the paper's on-policy loop). 1: the next
     update's batch is generated (and scored) while this one trains, by the previous weights; the loss then
-    takes its ratio against the generating policy's log-probs (README, "The update loop")."""
+    takes its ratio against the generating policy's log-probs (docs/training.md, "The update loop")."""
 
     def __post_init__(self):
         for name in ("updates", "optimizer_steps_per_update", "micro_batch_tokens"):

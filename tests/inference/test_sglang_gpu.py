@@ -1,5 +1,5 @@
 """Qwen3.5 on a real SGLang server, on a GPU: its Gated DeltaNet layers run only through SGLang's Triton kernels,
-so this cannot run on the CPU (see README). A tiny Qwen3.5 (real GDN head sizes) is served in bf16 and its
+so this cannot run on the CPU (see docs/serving.md). A tiny Qwen3.5 (real GDN head sizes) is served in bf16 and its
 scores compared with transformers in fp32; skipped without CUDA."""
 
 import json

@@ -177,7 +177,7 @@ def test_slow_programs_fail_on_the_per_test_and_on_the_global_limit(code_judge):
     assert code_judge.judge(fenced(slow_but_right), stdin_task["label"]) is True
 
 
-# Where the paper's judge fails a correct program of these tasks (README "Code verifier" lists them).
+# Where the paper's judge fails a correct program of these tasks (docs/verifiers.md lists them).
 PAPER_DIFFERS = {
     "lines_and_spacing": "wrong_answer",                    # padded lines against an expected empty line
     "call_returning_tuple_and_int_keys": "wrong_answer",    # Python ==: (1, 3) != [1, 3], 1 != "1"
