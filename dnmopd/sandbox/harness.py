@@ -191,15 +191,18 @@ def _fence_off_parent():
         os.close(ruleset)
 
 
-def _paper_guard():
-    """The reference judge's reliability_guard: destructive functions and some modules become None."""
+def _reliability_guard(exit_builtin, blocked_modules):
+    """The judges' reliability_guard (the reference judge's and the official LiveCodeBench runner's, which differ
+    only in ``exit`` and the blocked modules): destructive ``os``/``shutil`` functions and ``subprocess.Popen``
+    become None, ``quit`` and ``help`` too, ``exit`` becomes `exit_builtin`, the `blocked_modules` cannot be
+    imported."""
     import builtins
     import faulthandler
     import shutil
     import subprocess
 
     faulthandler.disable()
-    builtins.exit = builtins.quit = builtins.help = None
+    builtins.exit, builtins.quit, builtins.help = exit_builtin, None, None
     os.environ["OMP_NUM_THREADS"] = "1"
     for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
                  "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown",
@@ -207,8 +210,13 @@ def _paper_guard():
         setattr(os, name, None)
     shutil.rmtree = shutil.move = shutil.chown = None
     subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"):
+    for name in blocked_modules:
         sys.modules[name] = None
+
+
+def _paper_guard():
+    """The reference judge's reliability_guard: ``exit`` is None too, ``subprocess`` and ``ctypes`` blocked."""
+    _reliability_guard(None, ("ipdb", "joblib", "resource", "psutil", "tkinter", "subprocess", "ctypes"))
 
 
 def paper_stdin_program(source):
@@ -520,13 +528,8 @@ def _lcb_call_stdin(method, text):
 
 
 def _lcb_guard():
-    """The official ``reliability_guard()`` (no memory limit): ``quit`` and ``help`` become None while
-    ``exit`` stays (it raises SystemExit, as the site module's does), destructive ``os``/``shutil``
-    functions and ``subprocess.Popen`` become None, some modules cannot be imported."""
-    import builtins
-    import faulthandler
-    import shutil
-    import subprocess
+    """The official ``reliability_guard()`` (no memory limit): ``exit`` stays (it raises SystemExit, as the site
+    module's does)."""
 
     class _Exit:
         def __repr__(self):
@@ -539,17 +542,7 @@ def _lcb_guard():
                 pass
             raise SystemExit(code)
 
-    faulthandler.disable()
-    builtins.exit, builtins.quit, builtins.help = _Exit(), None, None
-    os.environ["OMP_NUM_THREADS"] = "1"
-    for name in ("kill", "system", "putenv", "remove", "removedirs", "rmdir", "fchdir", "setuid", "fork",
-                 "forkpty", "killpg", "rename", "renames", "truncate", "replace", "unlink", "fchmod", "fchown",
-                 "chmod", "chown", "chroot", "lchflags", "lchmod", "lchown", "getcwd", "chdir"):
-        setattr(os, name, None)
-    shutil.rmtree = shutil.move = shutil.chown = None
-    subprocess.Popen = None
-    for name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
-        sys.modules[name] = None
+    _reliability_guard(_Exit(), ("ipdb", "joblib", "resource", "psutil", "tkinter"))
 
 
 def _lcb_plain(value):
