@@ -131,6 +131,8 @@ class GatedDeltaNet(MegatronModule):
         self.out_norm = build_module(
             submodules.out_norm, config=config, hidden_size=self.value_head_dim, eps=config.layernorm_epsilon
         )
+        for param in self.out_norm.parameters():  # one scale for every head, the heads split over TP ranks
+            param.summed_over_tensor_parallel = True
         self.out_proj = build_module(
             submodules.out_proj,
             config.linear_num_value_heads * self.value_head_dim,

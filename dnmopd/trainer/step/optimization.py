@@ -6,7 +6,8 @@ of the global objective (normalized by the global response or token count), so
 - `calculate_per_token_loss = True` (set where the model's TransformerConfig is built, `student.build`): the
   schedules neither divide by the number of micro-batches nor by a token count, and DDP sums gradients over
   data-parallel ranks instead of averaging them;
-- `finalize_model_grads` runs without a token count (no further scaling).
+- `finalize_model_grads` runs without a token count (no further scaling), then sums over tensor-parallel ranks
+  the gradients of the parameters that heads split over ranks share (`_finalize_grads`).
 
 Summing the ranks' shares then gives exactly the gradient of the global objective.
 
@@ -61,10 +62,23 @@ class Optimization:
             group.update(values)
 
 
-def _finalize_without_token_scaling(finalize, model, num_tokens, **kwargs):
+def _finalize_grads(finalize, tp_group, model, num_tokens, **kwargs):
     """megatron's finalize_model_grads (DP reduction, tied-embedding sync across stages) without the division by
-    the token count that `calculate_per_token_loss` would otherwise apply: our losses are normalized already."""
-    return finalize(model, None, **kwargs)
+    the token count that `calculate_per_token_loss` would otherwise apply (our losses are normalized already),
+    then the sum over tensor-parallel ranks of each gradient marked `summed_over_tensor_parallel`: a parameter
+    every head uses while the ranks split the heads (the Gated DeltaNet output norm's scale) gets from each rank
+    only its heads' share. megatron-core sums that way only q/k layer norms, and other norms under sequence
+    parallelism."""
+    finalize(model, None, **kwargs)
+    if tp_group.size() == 1:
+        return
+    grads = [param.main_grad for chunk in model for param in chunk.parameters()
+             if getattr(param, "summed_over_tensor_parallel", False) and param.requires_grad]
+    if grads:
+        summed = torch._utils._flatten_dense_tensors(grads)
+        torch.distributed.all_reduce(summed, group=tp_group)
+        for grad, value in zip(grads, torch._utils._unflatten_dense_tensors(summed, grads), strict=True):
+            grad.copy_(value)
 
 
 def _init_sgd_state(optimizer, config=None) -> None:
@@ -91,7 +105,7 @@ def build_optimization(student, config, total_steps: int) -> Optimization:
     model = [DistributedDataParallel(config=chunk.config, ddp_config=ddp_config, module=chunk,
                                      pg_collection=student.dims.pg) for chunk in chunks]
     model_config = chunks[0].config
-    model_config.finalize_model_grads_func = partial(_finalize_without_token_scaling, finalize_model_grads)
+    model_config.finalize_model_grads_func = partial(_finalize_grads, finalize_model_grads, student.dims.pg.tp)
     model_config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
     dtype = next(chunks[0].parameters()).dtype
     optimizer_config = OptimizerConfig(
