@@ -27,7 +27,7 @@ def main(argv=None) -> int:
     from dnmopd.trainer.config import TrainerConfig
     from dnmopd.trainer.injection.builder import build_bank
 
-    config = config_from_arguments(TrainerConfig, args)
+    config = config_from_arguments(TrainerConfig, args, building_bank=True)
     if config is None:
         return 2
     build_bank(config, args.output)

@@ -17,11 +17,11 @@ def add_config_arguments(parser: argparse.ArgumentParser, what: str = "YAML conf
                         help="override one config value, e.g. --set train.updates=10 (repeatable)")
 
 
-def config_from_arguments(cls: type[T], args: argparse.Namespace) -> T | None:
-    """The config that `--config` and `--set` name, its inputs checked (`load_config`'s `check_inputs`), or None
-    once its error is printed (the caller exits 2)."""
+def config_from_arguments(cls: type[T], args: argparse.Namespace, **check_options) -> T | None:
+    """The config that `--config` and `--set` name, its inputs checked (`load_config`'s `check_inputs`, given
+    `check_options`), or None once its error is printed (the caller exits 2)."""
     try:
-        return load_config(cls, args.config, args.overrides, check_inputs=True)
+        return load_config(cls, args.config, args.overrides, check_inputs=True, check_options=check_options)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return None

@@ -259,11 +259,12 @@ def _record_origins(node: yaml.Node, path: KeyPath, file: str, origins: dict[Key
 
 
 def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), overrides: Iterable[str] = (), *,
-                check_inputs: bool = False) -> T:
+                check_inputs: bool = False, check_options: Mapping[str, object] | None = None) -> T:
     """Build the dataclass `cls` from YAML files (merged in order) and `--set` overrides. With `check_inputs`, a
     config that has a `check_inputs()` method (the files and folders a command reads must exist on this machine,
-    which loading alone does not ask: a config may be written on one machine for another) has it run, and its
-    `FieldValueError` reported at the key's line, as the loader's own errors are."""
+    which loading alone does not ask: a config may be written on one machine for another) has it run with
+    `check_options` as keywords, and its `FieldValueError` reported at the key's line, as the loader's own errors
+    are."""
     raw = RawConfig()
     for path in [paths] if isinstance(paths, str | Path) else paths:
         raw.merge(load_yaml(path))
@@ -272,7 +273,7 @@ def load_config(cls: type[T], paths: str | Path | Iterable[str | Path] = (), ove
     config = build(cls, raw)
     if check_inputs and hasattr(config, "check_inputs"):
         try:
-            config.check_inputs()
+            config.check_inputs(**(check_options or {}))
         except FieldValueError as err:
             key = tuple(err.key.split("."))
             raise ConfigError(f"{raw.source(key)}: {_dotted(key)}: {err.problem}") from None

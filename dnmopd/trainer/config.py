@@ -437,9 +437,10 @@ class TrainerConfig:
                  f"{prompts} responses per update (data.sampler.prompts_per_rollout x data.samples_per_prompt) are "
                  f"not divisible into {self.train.optimizer_steps_per_update} equal steps")
 
-    def check_inputs(self) -> None:
+    def check_inputs(self, *, building_bank: bool = False) -> None:
         """Every model folder and input file the run reads exists here (the command lines run it, `--print-config`
-        too, before anything starts); a missing one is a FieldValueError naming its key."""
+        too, before anything starts); a missing one is a FieldValueError naming its key. `building_bank`: the
+        injection bank is the file being written (`launch/build_injection_bank.py`), not read."""
         mode = mode_class(self.run.mode)
         _require_model(self.student.hf_path, "student.hf_path")
         _require_file(self.data.train_file, "data.train_file")
@@ -448,7 +449,7 @@ class TrainerConfig:
         if mode.distills:
             for index, model in enumerate(self.teachers.models):
                 _require_model(model.config.model_path, f"teachers.models.{index}.model_path")
-        if self.method.injection is not None and mode.distills:
+        if self.method.injection is not None and mode.distills and not building_bank:
             _require_file(self.method.injection.bank, "method.injection.bank")
         if self.logging.probe_every and self.run.mode == "opd":
             for index, path in enumerate(self.logging.probe.prompt_files):
