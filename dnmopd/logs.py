@@ -5,7 +5,9 @@
 `setup_logging()` is called once by the training command line, before megatron-core, transformers or datasets are
 imported:
 
-- rank 0 (torchrun's RANK) logs INFO and up; every other rank WARNING and up, its lines tagged with its rank;
+- rank 0 (torchrun's RANK) logs INFO and up; every other rank WARNING and up, its lines tagged with its rank,
+  except the work that one rank does for all, whichever rank it is (the weight-update group's sender,
+  `rollout.sender_dp_rank`): INFO on every rank;
 - megatron-core's INFO chatter (its optimizer and DDP set-up, every bucket's parameter list) and huggingface_hub's
   (one line per weight file saved) are dropped; their warnings are kept;
 - the notices that are expected, not news, are dropped by their exact text at their source (a Python warning
@@ -42,6 +44,8 @@ CPU_ONLY_NOTICES = {
     "megatron.core.tensor_parallel.random": "CPU RNG state changed within GPU RNG context",
 }
 """logger -> the start or middle of a record that is expected where there is no CUDA."""
+ONE_RANK_LOGGERS = ("dnmopd.serving.weight_group",)
+"""Loggers of work that a single rank does for the run, which need not be rank 0: INFO wherever it runs."""
 PROGRESS_BARS_OFF = ("HF_DATASETS_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
 """Read by datasets and huggingface_hub (whose setting transformers follows) when they are imported."""
 
@@ -74,6 +78,8 @@ def setup_logging(rank: int | None = None) -> None:
                         format=f"%(asctime)s {tag}%(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_Chatter())
+    for name in ONE_RANK_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
     for message, module in EXPECTED_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=UserWarning, module=module)
     for name, text in CPU_ONLY_NOTICES.items():
