@@ -35,4 +35,4 @@ def test_tensor_and_pipeline_parallel_updates_equal_one_process(demo_models, tmp
         assert weights.keys() == single_weights.keys()
         for name, weight in weights.items():  # SGD: each weight moved by 0.1 x its (clipped) gradient
             torch.testing.assert_close(weight, single_weights[name], atol=1e-6, rtol=0,
-                                       msg=lambda problem: f"{layout} {name}: {problem}")
+                                       msg=lambda problem, where=f"{layout} {name}": f"{where}: {problem}")
