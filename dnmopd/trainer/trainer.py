@@ -184,6 +184,8 @@ class Trainer:
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
                                         enabled=self.rank == 0 and config.logging.progress)
+        if self.checkpoint_metrics is not None:
+            self.metrics.restore(self.start_update - 1, self.checkpoint_metrics)
         self.last_metrics: dict[str, float] = self.metrics.resumed  # rank 0's; a finished run's re-run keeps them
 
     # ------------------------------------------------------------------------------------------- building
@@ -313,6 +315,7 @@ class Trainer:
         return teachers
 
     def _resume(self) -> int:
+        self.checkpoint_metrics: dict[str, float] | None = None
         latest = self.resume_from
         if latest is None:
             return 0
@@ -323,6 +326,7 @@ class Trainer:
         local = checkpoint.load_local(latest)
         if local is not None:
             self.rollout_ahead.load_state_dict(local.get("rollout_ahead", local.get("pipeline")))  # older: "pipeline"
+            self.checkpoint_metrics = local.get("metrics")
         if self.rank == 0:
             logger.info("resumed from %s (update %d)", latest, state["update"])
         return state["update"]
@@ -350,7 +354,7 @@ class Trainer:
                 done = update + 1
                 if done % self.config.checkpoint.save_every == 0 or done == self.config.train.updates:
                     self.progress.phase("checkpoint")
-                    metrics.update(self._save(done))
+                    metrics.update(self._save(done, metrics))
                 self.last_metrics = metrics
                 with disk_errors(self.metrics.path, "the metrics"):
                     self.metrics.log(update, metrics)
@@ -474,12 +478,13 @@ class Trainer:
         return TrainBatch.from_rows([prompt], [response], [zeros], [zeros], [0])
 
     # ------------------------------------------------------------------------------------------- outputs
-    def _save(self, update: int) -> dict[str, float]:
-        """Save the checkpoint after `update` updates; its time as metrics."""
+    def _save(self, update: int, metrics: dict[str, float]) -> dict[str, float]:
+        """Save the checkpoint after `update` updates, with the metrics of that update (`_resume` logs them if the
+        run ended before it did); its time as metrics."""
         state = {"update": update, "sampler": self.sampler.state_dict(), "mode": self.mode.state_dict(),
                  "optimization": self.optimization.state_dict()}
         tick = time.time()
-        local_state = {"rollout_ahead": self.rollout_ahead.state_dict()}
+        local_state = {"rollout_ahead": self.rollout_ahead.state_dict(), "metrics": dict(metrics)}
         with timed(logger, f"checkpoint after update {update}"):
             checkpoint.save(self.run_dir, update, self.student, self.optimization, state,
                             self.config.checkpoint.keep_last, local_state=local_state, manifest=self.manifest)

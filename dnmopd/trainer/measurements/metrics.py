@@ -36,6 +36,7 @@ class MetricsLogger:
         kept = truncate_after(self.path, resume_step)
         self.resumed = {k: v for k, v in kept[-1].items() if k not in ("step", "time")} if kept else {}
         """The metrics of the last update before the resume (the release card of a finished run's re-run)."""
+        self._resumed_step = kept[-1]["step"] if kept else None
         if config.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -63,6 +64,13 @@ class MetricsLogger:
             self._tensorboard.flush()
         if self._wandb is not None:
             self._wandb.log(metrics, step=step)
+
+    def restore(self, step: int, metrics: dict[str, float]) -> None:
+        """Log `step`'s record from the checkpoint saved after it, if the file lacks it: the record is written
+        after the checkpoint (it carries the checkpoint's time), so a run can end between the two."""
+        if self.enabled and self._resumed_step != step:
+            self.log(step, metrics)
+            self.resumed, self._resumed_step = dict(metrics), step
 
     def close(self) -> None:
         if self._tensorboard is not None:
