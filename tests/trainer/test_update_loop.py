@@ -208,7 +208,9 @@ def fake_trainer(monkeypatch, tmp_path, *, updates, steps, ahead, save_every, pr
         assert manifest == {"format": "manifest"}
         assert state == {"update": update, "sampler": {"sampler": "state"}, "mode": {},
                          "optimization": {"steps": update * steps}}
-        assert local_state == {"rollout_ahead": {"ready": None}}  # nothing collected ahead at the run's end
+        assert local_state.keys() == {"rollout_ahead", "metrics"}
+        assert local_state["rollout_ahead"] == {"ready": None}  # nothing collected ahead at the run's end
+        assert local_state["metrics"]["fake/prepared_update"] == update - 1  # the record of the update it follows
         events.append(("save", update))
 
     monkeypatch.setattr(trainer_module.checkpoint, "save", save)
