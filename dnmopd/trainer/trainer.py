@@ -172,7 +172,7 @@ class Trainer:
         self.measurements = Measurements(TrainingEvaluation(config, run_dir=self.run_dir, tokenizer=self.tokenizer,
                                                             engine=self.rollout_engine, rank=self.rank,
                                                             model_vocab=vocab))
-        self.start_update = self._resume()
+        self.start_update, checkpoint_metrics = self._resume()
         if mode.uses_rollout:
             self._start_rollout_engine()
         if probing:
@@ -184,8 +184,8 @@ class Trainer:
                                      resume_step=self.start_update)
         self.progress = ProgressDisplay(config.train.updates, self.start_update, config.data.domains,
                                         enabled=self.rank == 0 and config.logging.progress)
-        if self.checkpoint_metrics is not None:
-            self.metrics.restore(self.start_update - 1, self.checkpoint_metrics)
+        if checkpoint_metrics is not None:
+            self.metrics.restore(self.start_update - 1, checkpoint_metrics)
         self.last_metrics: dict[str, float] = self.metrics.resumed  # rank 0's; a finished run's re-run keeps them
 
     # ------------------------------------------------------------------------------------------- building
@@ -314,22 +314,22 @@ class Trainer:
             raise
         return teachers
 
-    def _resume(self) -> int:
-        self.checkpoint_metrics: dict[str, float] | None = None
+    def _resume(self) -> tuple[int, dict[str, float] | None]:
+        """Load the checkpoint to resume from, if any; returns the updates done and the metrics of the last one
+        (None where the checkpoint has none)."""
         latest = self.resume_from
         if latest is None:
-            return 0
+            return 0, None
         state = checkpoint.load(latest, self.student, self.optimization)
         self.sampler.load_state_dict(state["sampler"])
         self.mode.load_state_dict(state["mode"])
         self.optimization.load_state_dict(state["optimization"])
-        local = checkpoint.load_local(latest)
-        if local is not None:
+        local = checkpoint.load_local(latest) or {}
+        if local:
             self.rollout_ahead.load_state_dict(local.get("rollout_ahead", local.get("pipeline")))  # older: "pipeline"
-            self.checkpoint_metrics = local.get("metrics")
         if self.rank == 0:
             logger.info("resumed from %s (update %d)", latest, state["update"])
-        return state["update"]
+        return state["update"], local.get("metrics")
 
     # ------------------------------------------------------------------------------------------- services
     def _logp(self, batch: TrainBatch, head: LMHead) -> torch.Tensor:
